@@ -7,7 +7,9 @@ import pytest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PY = os.path.join(_ROOT, "python")
-if _PY not in sys.path:  # tests run against the checkout even before the wheel is installed
+try:  # prefer the installed wheel; fall back to the checkout (e.g. a quick run before `pip install`)
+    import sglang_ddtree  # noqa: F401
+except ImportError:
     sys.path.insert(0, _PY)
 
 
