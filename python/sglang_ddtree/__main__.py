@@ -1,0 +1,27 @@
+"""Command line: ``python -m sglang_ddtree {doctor,demo}``.
+
+``doctor`` checks that this machine can serve DDTREE (see ``sglang_ddtree.doctor``); ``demo`` runs
+the reference DDTree round loop on CPU and checks it against the target's own greedy output.
+"""
+
+import argparse
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_ddtree", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("doctor", help="check the environment a DDTREE deployment needs", add_help=False)
+    sub.add_parser("demo", help="run the reference DDTree loop on CPU and check losslessness", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "doctor":
+        from sglang_ddtree.doctor import main as doctor_main
+
+        return doctor_main(rest)
+    from sglang_ddtree.demo import main as demo_main
+
+    return demo_main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

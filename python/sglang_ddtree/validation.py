@@ -1,0 +1,192 @@
+"""Argument validation for ``--speculative-algorithm DDTREE`` and its mapping onto SGLang's fields.
+
+Runs inside ``ServerArgs.__post_init__`` where upstream validates speculative arguments
+(``handle_speculative_decoding`` -> ``DDTreeSpecAlgo.handle_server_args``), so a bad configuration
+fails before any process or GPU memory is set up, with a ``ValueError`` that names the flag, the value
+and what is allowed. Nothing is changed silently: every adjusted value logs one warning.
+
+Mapping (DESIGN.md): the draft keeps DFLASH's block of size L; the target verifies ``budget + 1``
+tokens per request with fan-out ``topk``:
+    speculative_num_steps = 1, speculative_eagle_topk = topk,
+    speculative_num_draft_tokens = budget + 1, speculative_dflash_block_size = L.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_ddtree.config import (
+    BUDGET_FLAG,
+    DEFAULT_BUDGET,
+    DEFAULT_TOPK,
+    TOPK_FLAG,
+    DDTreeConfig,
+    check_budget,
+    check_topk,
+)
+
+logger = logging.getLogger(__name__)
+
+# Attention backends that cannot run DDTREE's tree verify, and why.
+_UNSUPPORTED_TARGET_BACKENDS = {
+    "trtllm_mha": "it has no custom (tree) attention mask",
+}
+
+# Native speculative fields DDTREE derives itself; setting them by hand is a conflict, not a hint.
+_DERIVED_FIELDS = {
+    "speculative_num_draft_tokens": f"derived as {BUDGET_FLAG} + 1",
+    "speculative_eagle_topk": f"derived from {TOPK_FLAG}",
+    "speculative_num_steps": "always 1 (one draft forward per round)",
+}
+
+
+def handle_ddtree_server_args(server_args) -> DDTreeConfig:
+    """Validate DDTREE's configuration in place and map it onto the native fields.
+
+    Returns the resulting ``DDTreeConfig``. Raises ``ValueError`` for any configuration DDTREE cannot
+    honour yet.
+    """
+    _reject_hand_set_derived_fields(server_args)
+    budget = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", DEFAULT_BUDGET))
+    topk = check_topk(_value_or_default(server_args, "speculative_ddtree_topk", DEFAULT_TOPK))
+    if topk > budget:
+        logger.warning(
+            "DDTREE: %s=%d exceeds %s=%d; a node can have at most %d children, using %s=%d.",
+            TOPK_FLAG, topk, BUDGET_FLAG, budget, budget, TOPK_FLAG, budget,
+        )
+        topk = budget
+    server_args.speculative_ddtree_budget = budget
+    server_args.speculative_ddtree_topk = topk
+
+    _check_platform_and_parallelism(server_args)
+    _check_target_attention_backends(server_args)
+    _check_unsupported_features(server_args)
+    if server_args.speculative_draft_model_path is None:
+        raise ValueError(
+            "--speculative-algorithm DDTREE requires --speculative-draft-model-path "
+            "(a DFlash drafter checkpoint for the target model)."
+        )
+
+    # The drafter is a DFlash drafter: let upstream's DFLASH handling resolve its block size (from
+    # --speculative-dflash-block-size or the draft config), draft attention backend, and the
+    # DFLASH-wide defaults (max running requests, mixed chunk off). It leaves the block size in
+    # speculative_num_draft_tokens, which DDTREE then repurposes as the target verify width.
+    from sglang.srt.arg_groups.speculative_hook import _handle_dflash
+
+    _handle_dflash(server_args)
+    block_size = int(server_args.speculative_num_draft_tokens)
+
+    server_args.speculative_dflash_block_size = block_size
+    server_args.speculative_num_steps = 1
+    server_args.speculative_eagle_topk = topk
+    server_args.speculative_num_draft_tokens = budget + 1
+    config = DDTreeConfig(budget=budget, topk=topk, block_size=block_size)
+    logger.info(
+        "DDTREE: budget=%d topk=%d drafter block size=%d (tree depth <= %d, verify width %d tokens/request).",
+        budget, topk, block_size, config.max_depth, config.num_verify_tokens,
+    )
+    return config
+
+
+def _value_or_default(server_args, name: str, default: int):
+    value = getattr(server_args, name, None)
+    return default if value is None else value
+
+
+def _reject_hand_set_derived_fields(server_args) -> None:
+    for name, how in _DERIVED_FIELDS.items():
+        value = getattr(server_args, name)
+        if value is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"{flag}={value} cannot be set with --speculative-algorithm DDTREE: it is {how}. "
+                f"Use {BUDGET_FLAG} and {TOPK_FLAG} instead."
+            )
+
+
+def _check_platform_and_parallelism(server_args) -> None:
+    from sglang.srt.arg_groups.overrides import resolved_view
+
+    if not str(server_args.device).startswith("cuda"):
+        raise ValueError(
+            f"--speculative-algorithm DDTREE runs on CUDA GPUs only, got --device {server_args.device}."
+        )
+    if server_args.pp_size != 1:
+        raise ValueError(
+            f"--speculative-algorithm DDTREE does not support pipeline parallelism yet: "
+            f"--pp-size must be 1, got {server_args.pp_size}."
+        )
+    if resolved_view(server_args).enable_dp_attention:
+        raise ValueError(
+            "--speculative-algorithm DDTREE does not support --enable-dp-attention yet."
+        )
+    if server_args.page_size is not None and server_args.page_size > 1:
+        raise ValueError(
+            f"--speculative-algorithm DDTREE supports --page-size 1 only for now, got "
+            f"--page-size {server_args.page_size}."
+        )
+
+
+def _check_target_attention_backends(server_args) -> None:
+    """The target's prefill and decode backends both serve the tree verify; each must be tested."""
+    from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
+
+    from sglang_ddtree.server_args import TESTED_TARGET_ATTENTION_BACKENDS
+
+    prefill, decode = attention_backends_of(resolved_view(server_args))
+    for flag, backend in (("prefill", prefill), ("decode", decode)):
+        if backend is None or backend in TESTED_TARGET_ATTENTION_BACKENDS:
+            continue
+        why = _UNSUPPORTED_TARGET_BACKENDS.get(backend, "its tree-mask verify path is untested with DDTREE")
+        raise ValueError(
+            f"--speculative-algorithm DDTREE cannot use the {flag} attention backend '{backend}'"
+            f"{_backend_origin(server_args, flag, backend)}: {why}. Use --attention-backend "
+            f"{' or '.join(TESTED_TARGET_ATTENTION_BACKENDS)}."
+        )
+
+
+def _backend_origin(server_args, flag: str, backend: str) -> str:
+    """Say whether the user named ``backend`` or SGLang filled it in (see DDTreeServerArgs)."""
+    requested = getattr(server_args, "_ddtree_requested_attention_backends", None)
+    if requested is None:
+        return ""
+    base, prefill, decode = requested
+    named = (prefill or base) if flag == "prefill" else (decode or base)
+    if named == backend:
+        return f" (from --{flag}-attention-backend)" if named != base else " (from --attention-backend)"
+    return " (SGLang's default on this platform)"
+
+
+def _check_unsupported_features(server_args) -> None:
+    if server_args.speculative_draft_window_size is not None:
+        raise ValueError(
+            "--speculative-draft-window-size is not supported with --speculative-algorithm DDTREE yet, "
+            f"got {server_args.speculative_draft_window_size}."
+        )
+    if getattr(server_args, "speculative_adaptive", False):
+        raise ValueError("--speculative-adaptive is not supported with --speculative-algorithm DDTREE yet.")
+    mode = getattr(server_args, "disaggregation_mode", "null")
+    if mode not in (None, "null"):
+        raise ValueError(
+            f"--speculative-algorithm DDTREE does not support PD disaggregation yet, got "
+            f"--disaggregation-mode {mode}."
+        )
+    arch = _target_architecture(server_args)
+    if arch is not None:
+        from sglang.srt.configs.linear_attn_model_registry import get_linear_attn_spec_by_arch
+
+        if get_linear_attn_spec_by_arch(arch) is not None:
+            raise ValueError(
+                f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) "
+                f"targets yet; the target architecture is {arch}. Use DFLASH for this model for now."
+            )
+
+
+def _target_architecture(server_args):
+    """The target's architecture name, read from the model config upstream already loaded."""
+    try:
+        archs = server_args.get_model_config().hf_config.architectures or []
+    except Exception as e:  # a model path upstream could not read fails later with its own error
+        logger.debug("DDTREE: could not read the target config for validation: %s", e)
+        return None
+    return archs[0] if archs else None
