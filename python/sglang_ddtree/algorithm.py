@@ -17,6 +17,9 @@ from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 class DDTreeSpecAlgo(CustomSpecAlgo):
     """The registered ``DDTREE`` algorithm (an instance is created by ``SpeculativeAlgorithm.register``)."""
 
+    def __repr__(self) -> str:
+        return f"DDTreeSpecAlgo({self.name!r})"
+
     def is_dflash_family(self) -> bool:
         return True
 

@@ -69,7 +69,10 @@ class DDTreeServerArgs(ServerArgs):
         """Record which attention backends the user asked for (upstream fills in a platform default
         before speculative validation runs, after which "asked for fa3" and "got fa3 by default"
         look the same), and pick a tested tree-verify backend when none was named."""
+        from sglang_ddtree.validation import reject_unsupported_requested_backends
+
         requested = (self.attention_backend, self.prefill_attention_backend, self.decode_attention_backend)
+        reject_unsupported_requested_backends(requested)
         self._ddtree_requested_attention_backends = requested
         if all(b is None for b in requested):
             self.attention_backend = DEFAULT_TARGET_ATTENTION_BACKEND

@@ -157,6 +157,21 @@ def _backend_origin(server_args, flag: str, backend: str) -> str:
     return " (SGLang's default on this platform)"
 
 
+def reject_unsupported_requested_backends(requested) -> None:
+    """Refuse backends that can never run a tree verify as soon as the user names them, before
+    upstream's own platform checks (which would report an unrelated reason first)."""
+    from sglang_ddtree.server_args import TESTED_TARGET_ATTENTION_BACKENDS
+
+    flags = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
+    for flag, backend in zip(flags, requested):
+        if backend in _UNSUPPORTED_TARGET_BACKENDS:
+            raise ValueError(
+                f"--speculative-algorithm DDTREE cannot use {flag} {backend}: "
+                f"{_UNSUPPORTED_TARGET_BACKENDS[backend]}. Use --attention-backend "
+                f"{' or '.join(TESTED_TARGET_ATTENTION_BACKENDS)}."
+            )
+
+
 def _check_unsupported_features(server_args) -> None:
     if server_args.speculative_draft_window_size is not None:
         raise ValueError(
