@@ -1,0 +1,240 @@
+"""``python -m sglang_ddtree doctor``: check the environment a DDTREE deployment needs.
+
+One line per check, ``OK`` / ``FAIL`` / ``WARN``, each failure with the fix. The exit code is 0 only
+when every required check passes. It runs anywhere, including machines without a GPU (where the GPU
+check fails, clearly). Checks: the plugin entry point; SGLang in the supported range; torch and its
+CUDA build against what sglang, sgl-kernel and flashinfer expect; the GPU and the attention backends
+DDTREE can use on it; every upstream symbol our hooks need; modules the server imports at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib
+import importlib.metadata as metadata
+import json
+import os
+import re
+import sys
+import warnings
+from dataclasses import asdict, dataclass
+from typing import List, Optional
+
+from sglang_ddtree.version import SUPPORTED_SGLANG_SPEC, __version__
+
+# Modules SGLang's server imports at start-up or on the first request; missing ones crash a server
+# seconds after launch (soundfile is the one users hit).
+RUNTIME_MODULES = ("soundfile", "uvicorn", "fastapi", "uvloop", "zmq", "orjson", "xgrammar", "PIL", "openai")
+
+# Compute capability -> (architecture, attention backends DDTREE can verify trees with there).
+_GPU_FAMILIES = {
+    (9, 0): ("Hopper", "triton, flashinfer (fa3 untested with DDTREE; trtllm_mha has no tree mask)"),
+    (10, 0): ("Blackwell (datacenter)", "triton, flashinfer (trtllm_mha has no tree mask)"),
+    (10, 3): ("Blackwell (datacenter)", "triton, flashinfer (trtllm_mha has no tree mask)"),
+    (12, 0): ("Blackwell (workstation/consumer)", "triton, flashinfer (trtllm_mha rejects SM120)"),
+}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "OK", "FAIL" or "WARN"
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _dist_version(name: str) -> Optional[str]:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _pinned(dist: str, requirement: str) -> Optional[str]:
+    """The exact version ``dist`` pins for ``requirement`` (e.g. sglang pins torch==2.11.0)."""
+    try:
+        reqs = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:
+        return None
+    for req in reqs:
+        m = re.match(rf"^{re.escape(requirement)}(\[[^\]]*\])?\s*==\s*([^;\s]+)", req, re.I)
+        if m and "extra ==" not in req:
+            return m.group(2)
+    return None
+
+
+def check_plugin() -> Check:
+    eps = [ep for ep in metadata.entry_points(group="sglang.srt.plugins") if ep.value.startswith("sglang_ddtree.")]
+    if not eps:
+        return Check("plugin entry point", "FAIL", "no 'sglang.srt.plugins' entry point of sglang_ddtree found",
+                     "install the wheel (pip install sglang_ddtree-*.whl), not just the source tree on PYTHONPATH")
+    return Check("plugin entry point", "OK", f"sglang_ddtree {__version__}: {eps[0].name} = {eps[0].value}")
+
+
+def check_sglang() -> Check:
+    from sglang_ddtree.plugin import installed_sglang_version, sglang_version_supported
+
+    found = installed_sglang_version()
+    if found is None:
+        return Check("sglang", "FAIL", "not installed", f"pip install 'sglang{SUPPORTED_SGLANG_SPEC}'")
+    if not sglang_version_supported(found):
+        return Check("sglang", "FAIL", f"{found} is outside the supported range {SUPPORTED_SGLANG_SPEC}",
+                     f"pip install 'sglang{SUPPORTED_SGLANG_SPEC}', or an sglang-ddtree release for sglang {found}")
+    return Check("sglang", "OK", f"{found} (supported: {SUPPORTED_SGLANG_SPEC})")
+
+
+def check_torch() -> Check:
+    try:
+        import torch
+    except ImportError as e:
+        return Check("torch", "FAIL", f"not importable ({e})", "pip install the torch version sglang pins")
+    want = _pinned("sglang", "torch")
+    cuda = torch.version.cuda
+    detail = f"{torch.__version__} (CUDA build: {cuda or 'none, CPU-only'})"
+    if want and torch.__version__.split("+")[0] != want:
+        return Check("torch", "FAIL", f"{detail}; sglang {_dist_version('sglang')} pins torch=={want}",
+                     f"pip install torch=={want} (sgl-kernel is built against it)")
+    if cuda is None:
+        return Check("torch", "FAIL", detail, "install a CUDA build of torch (e.g. the cu130 wheel)")
+    return Check("torch", "OK", detail)
+
+
+def _linked_cudart_majors(package_dir: str) -> set:
+    """CUDA runtime major versions the package's shared objects link (read from their bytes)."""
+    majors = set()
+    for so in glob.glob(os.path.join(package_dir, "**", "*.so"), recursive=True):
+        try:
+            with open(so, "rb") as f:
+                majors.update(int(m) for m in re.findall(rb"libcudart\.so\.(\d+)", f.read()))
+        except OSError:
+            continue
+    return majors
+
+
+def check_sgl_kernel() -> Check:
+    spec = importlib.util.find_spec("sgl_kernel")
+    if spec is None or not spec.submodule_search_locations:
+        return Check("sgl-kernel", "FAIL", "not installed", f"pip install 'sglang-kernel=={_pinned('sglang', 'sglang-kernel')}'")
+    version = _dist_version("sglang-kernel") or _dist_version("sgl-kernel") or "unknown version"
+    majors = _linked_cudart_majors(list(spec.submodule_search_locations)[0])
+    try:
+        import torch
+
+        torch_major = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+    except ImportError:
+        torch_major = None
+    detail = f"{version}, links CUDA runtime {sorted(majors) or 'unknown'}"
+    if torch_major is not None and majors and torch_major not in majors:
+        return Check("sgl-kernel", "FAIL", f"{detail} but torch is built for CUDA {torch_major}",
+                     "install torch and sglang-kernel built for the same CUDA major (e.g. both cu130)")
+    try:
+        importlib.import_module("sgl_kernel")
+    except Exception as e:  # an ABI mismatch shows up as an undefined symbol or a missing libcudart
+        return Check("sgl-kernel", "FAIL", f"{detail}; import failed: {type(e).__name__}: {e}",
+                     "reinstall sglang-kernel for your torch/CUDA (a torch ABI or CUDA mismatch is the usual cause)")
+    return Check("sgl-kernel", "OK", detail)
+
+
+def check_flashinfer() -> Check:
+    version = _dist_version("flashinfer-python")
+    if version is None:
+        return Check("flashinfer", "FAIL", "not installed", f"pip install 'flashinfer-python=={_pinned('sglang', 'flashinfer_python')}'")
+    detail = f"flashinfer-python {version}"
+    try:
+        import torch
+
+        torch_cuda = torch.version.cuda
+    except ImportError:
+        torch_cuda = None
+    for extra in ("flashinfer-jit-cache", "flashinfer-cubin"):
+        v = _dist_version(extra)
+        if v is None:
+            continue
+        detail += f", {extra} {v}"
+        m = re.search(r"\+cu(\d+)", v)
+        if m and torch_cuda and not m.group(1).startswith(torch_cuda.split(".")[0]):
+            return Check("flashinfer", "FAIL", f"{detail} but torch is built for CUDA {torch_cuda}",
+                         f"install {extra} built for CUDA {torch_cuda}")
+    return Check("flashinfer", "OK", detail)
+
+
+def check_gpu() -> Check:
+    try:
+        import torch
+    except ImportError:
+        return Check("GPU", "FAIL", "torch is not importable", "install torch first")
+    if not torch.cuda.is_available():
+        return Check("GPU", "FAIL", "no CUDA GPU visible to torch",
+                     "run on a machine with an NVIDIA GPU (Hopper sm_90 or Blackwell sm_100/sm_120), check "
+                     "nvidia-smi, the driver and CUDA_VISIBLE_DEVICES")
+    cap = torch.cuda.get_device_capability(0)
+    name = torch.cuda.get_device_name(0)
+    family = _GPU_FAMILIES.get(cap)
+    if family is None:
+        return Check("GPU", "WARN", f"{name} (sm_{cap[0]}{cap[1]}): not a tested architecture; try --attention-backend triton",
+                     required=False)
+    return Check("GPU", "OK", f"{name} (sm_{cap[0]}{cap[1]}, {family[0]}); DDTREE target attention backends: {family[1]}")
+
+
+def check_upstream_symbols() -> Check:
+    from sglang_ddtree.compat import UPSTREAM_SYMBOLS, missing_upstream_symbols
+
+    missing = missing_upstream_symbols()
+    if missing:
+        lines = "; ".join(f"{path} ({purpose}): {err}" for path, purpose, err in missing)
+        return Check("upstream symbols", "FAIL", f"{len(missing)}/{len(UPSTREAM_SYMBOLS)} do not resolve: {lines}",
+                     f"install sglang{SUPPORTED_SGLANG_SPEC} with its dependencies (a missing module above names what to install)")
+    return Check("upstream symbols", "OK", f"all {len(UPSTREAM_SYMBOLS)} resolve")
+
+
+def check_runtime_modules() -> Check:
+    bad = []
+    for name in RUNTIME_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # soundfile raises OSError when libsndfile is missing
+            bad.append(f"{name} ({type(e).__name__}: {e})")
+    if bad:
+        return Check("server runtime modules", "FAIL", "missing: " + "; ".join(bad),
+                     "pip install the missing modules (soundfile also needs the libsndfile1 system library)")
+    return Check("server runtime modules", "OK", ", ".join(RUNTIME_MODULES))
+
+
+CHECKS = (check_plugin, check_sglang, check_torch, check_sgl_kernel, check_flashinfer, check_gpu,
+          check_upstream_symbols, check_runtime_modules)
+
+
+def run_checks() -> List[Check]:
+    results = []
+    for fn in CHECKS:
+        try:
+            results.append(fn())
+        except Exception as e:  # a crashing check is a failed check, never a crashed doctor
+            results.append(Check(fn.__name__.replace("check_", ""), "FAIL", f"check crashed: {type(e).__name__}: {e}",
+                                 "report this as an sglang-ddtree bug"))
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_ddtree doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    with warnings.catch_warnings():  # upstream's import-time warnings are noise here
+        warnings.simplefilter("ignore")
+        results = run_checks()
+    ok = all(r.status != "FAIL" or not r.required for r in results)
+    if args.json:
+        print(json.dumps({"ok": ok, "checks": [asdict(r) for r in results]}, indent=1))
+    else:
+        for r in results:
+            print(f"[{r.status:>4}] {r.name}: {r.detail}")
+            if r.status != "OK" and r.fix:
+                print(f"       fix: {r.fix}")
+        print("doctor: all required checks passed" if ok else "doctor: some required checks FAILED (see fix lines)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
