@@ -24,7 +24,6 @@ UPSTREAM_SYMBOLS: Tuple[Tuple[str, str], ...] = (
     ("sglang.srt.arg_groups.speculative_hook._handle_dflash", "drafter block size / draft backend"),
     ("sglang.srt.arg_groups.overrides.resolved_view", "reading resolved attention backends"),
     ("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
-    ("sglang.srt.configs.linear_attn_model_registry.get_linear_attn_spec_by_arch", "hybrid model check"),
     ("sglang.srt.managers.overlap_utils.FutureMap", "DDTreeSpecAlgo.create_future_map"),
     ("sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2", "base class of the DDTREE worker"),
 )

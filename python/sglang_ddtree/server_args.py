@@ -63,6 +63,11 @@ class DDTreeServerArgs(ServerArgs):
     def __post_init__(self):
         if _is_ddtree(self.speculative_algorithm):
             self._ddtree_prepare_attention_backend()
+        else:
+            for flag, value in (("--speculative-ddtree-budget", self.speculative_ddtree_budget),
+                                ("--speculative-ddtree-topk", self.speculative_ddtree_topk)):
+                if value is not None:
+                    logger.warning("%s=%s has no effect without --speculative-algorithm DDTREE.", flag, value)
         super().__post_init__()
 
     def _ddtree_prepare_attention_backend(self) -> None:

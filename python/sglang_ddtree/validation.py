@@ -186,22 +186,34 @@ def _check_unsupported_features(server_args) -> None:
             f"--speculative-algorithm DDTREE does not support PD disaggregation yet, got "
             f"--disaggregation-mode {mode}."
         )
-    arch = _target_architecture(server_args)
-    if arch is not None:
-        from sglang.srt.configs.linear_attn_model_registry import get_linear_attn_spec_by_arch
-
-        if get_linear_attn_spec_by_arch(arch) is not None:
-            raise ValueError(
-                f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) "
-                f"targets yet; the target architecture is {arch}. Use DFLASH for this model for now."
-            )
+    hf_config = _target_hf_config(server_args)
+    if hf_config is not None and is_hybrid_linear_attention(hf_config):
+        arch = (getattr(hf_config, "architectures", None) or ["?"])[0]
+        raise ValueError(
+            f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) "
+            f"targets yet; the target architecture is {arch}. Use DFLASH for this model for now."
+        )
 
 
-def _target_architecture(server_args):
-    """The target's architecture name, read from the model config upstream already loaded."""
+# Config keys that only hybrid linear-attention (Mamba / GDN) models carry.
+_HYBRID_CONFIG_KEYS = ("mamba_d_state", "mamba_n_heads", "ssm_state_size", "linear_num_value_heads",
+                       "hybrid_override_pattern", "linear_conv_kernel_dim")
+_HYBRID_LAYER_TYPES = ("linear_attention", "mamba", "mamba2")
+
+
+def is_hybrid_linear_attention(hf_config) -> bool:
+    """Whether the target mixes softmax attention with linear attention / SSM layers."""
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    if any(getattr(text, key, None) is not None for key in _HYBRID_CONFIG_KEYS):
+        return True
+    layer_types = getattr(text, "layer_types", None) or ()
+    return any(t in _HYBRID_LAYER_TYPES for t in layer_types)
+
+
+def _target_hf_config(server_args):
+    """The target's HF config, as upstream already loaded it (None if it could not be read)."""
     try:
-        archs = server_args.get_model_config().hf_config.architectures or []
+        return server_args.get_model_config().hf_config
     except Exception as e:  # a model path upstream could not read fails later with its own error
         logger.debug("DDTREE: could not read the target config for validation: %s", e)
         return None
-    return archs[0] if archs else None
