@@ -1,0 +1,31 @@
+"""The DDTREE worker: SGLang's spec-v2 worker that runs one DDTree round per decode step.
+
+Modules, one concern each (the round is draft -> build tree -> verify -> accept -> commit):
+  worker      ``DDTreeWorker`` (a ``DFlashWorkerV2``), orchestrates the round
+  geometry    static per-round shapes and the drafter's view of the server args
+  draft_head  top-K draft log-probs from the target's (vocab-parallel) LM head
+  tree_api    tree construction and verify topology (``sglang_ddtree.tree`` or a stop-gap)
+  info        the draft-state and verify SpecInput dataclasses
+  kv_commit   KV moves and drafter context of the accepted path
+  hooks       upstream hooks: CUDA-graph capture with a tree mask, KV reservation sizing
+  debug       test knobs read from the environment once
+Importing this package is cheap; ``DDTreeWorker`` pulls in SGLang's GPU stack on first access.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DDTreeWorker", "install_hooks"]
+
+
+def install_hooks() -> None:
+    from sglang_ddtree.worker.hooks import install_hooks as _install
+
+    _install()
+
+
+def __getattr__(name):
+    if name == "DDTreeWorker":
+        from sglang_ddtree.worker.worker import DDTreeWorker
+
+        return DDTreeWorker
+    raise AttributeError(name)

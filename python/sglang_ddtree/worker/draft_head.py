@@ -1,0 +1,132 @@
+"""Top-K draft tokens and log-probs per block position (DRAFT step of the round).
+
+A DFlash drafter has no head of its own: it borrows the target's LM head. DFLASH takes the argmax of
+each block position; DDTree needs the K most likely tokens of positions 1..L-1 and their
+log-probabilities (tree scores are sums of these). With a vocab-parallel head each rank reduces its
+shard to (top-K, logsumexp) and the ranks merge K * tp candidates, so no rank holds dense logits of
+the full vocabulary. Within a rank this first version still forms a [chunk, V / tp] logits tile
+(chunked over tokens); a fused matmul + top-K kernel would avoid it.
+The head runs inside the draft CUDA graph (tp == 1) through upstream's capture-tail hook, writing
+static output buffers the worker reads after replay; ``compute`` is the eager path.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+_CHUNK_TOKENS = 256
+
+
+def topk_logprobs_local(
+    hidden: torch.Tensor, weight: torch.Tensor, topk: int, vocab_start: int = 0
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One rank's share of the draft distribution.
+
+    Shape: hidden [T, H] (any float dtype; cast to the weight's), weight [V_local, H].
+    Returns (top logits [T, K] float32, global token ids [T, K] int64, logsumexp [T] float32).
+    """
+    out_val = torch.empty((hidden.shape[0], topk), dtype=torch.float32, device=hidden.device)
+    out_ids = torch.empty((hidden.shape[0], topk), dtype=torch.int64, device=hidden.device)
+    out_lse = torch.empty((hidden.shape[0],), dtype=torch.float32, device=hidden.device)
+    for start in range(0, hidden.shape[0], _CHUNK_TOKENS):
+        end = min(hidden.shape[0], start + _CHUNK_TOKENS)
+        logits = torch.matmul(hidden[start:end].to(weight.dtype), weight.T).float()
+        val, idx = logits.topk(topk, dim=-1)
+        out_val[start:end] = val
+        out_ids[start:end] = idx + vocab_start
+        out_lse[start:end] = torch.logsumexp(logits, dim=-1)
+    return out_val, out_ids, out_lse
+
+
+def merge_vocab_shards(
+    val: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, topk: int
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Merge per-rank shares gathered along a leading rank dim.
+
+    Shape: val [tp, T, K] float32, ids [tp, T, K] int64, lse [tp, T] float32.
+    Returns (log-probs [T, K] float32 sorted descending, token ids [T, K] int64).
+    Ties between ranks go to the lower rank (lower token ids), as a full-vocab top-K would.
+    """
+    tp, t, k = val.shape
+    total_lse = torch.logsumexp(lse, dim=0)  # [T]
+    flat_val = val.permute(1, 0, 2).reshape(t, tp * k)
+    flat_ids = ids.permute(1, 0, 2).reshape(t, tp * k)
+    top, pos = flat_val.topk(topk, dim=-1)
+    return top - total_lse.unsqueeze(1), flat_ids.gather(1, pos)
+
+
+class DraftTopKHead:
+    """Callable(hidden_states, input_ids) for the draft runner's capture-tail hooks.
+
+    hidden_states: [bs * L, H], the drafter's final hidden states of the whole block.
+    Writes ``out_log_probs`` [max_bs * (L-1), K] float32 and ``out_ids`` [max_bs * (L-1), K] int64
+    (rows = block positions 1..L-1 of each request, request-major).
+    """
+
+    def __init__(self, *, weight, block_size, topk, num_org, org_vocab_start, max_bs, tp_group=None):
+        self.weight = weight[:num_org]
+        self.block_size = int(block_size)
+        self.topk = int(topk)
+        self.org_vocab_start = int(org_vocab_start)
+        self.tp_group = tp_group
+        self.tp_size = int(tp_group.world_size) if tp_group is not None else 1
+        rows = int(max_bs) * (self.block_size - 1)
+        self.out_log_probs = torch.empty((rows, self.topk), dtype=torch.float32, device=weight.device)
+        self.out_ids = torch.empty((rows, self.topk), dtype=torch.int64, device=weight.device)
+
+    def compute(self, hidden_states: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Eager path. Returns (log-probs [bs, L-1, K] float32, ids [bs, L-1, K] int64)."""
+        bs = hidden_states.shape[0] // self.block_size
+        hs = hidden_states.view(bs, self.block_size, -1)[:, 1:, :].reshape(-1, hidden_states.shape[-1])
+        val, ids, lse = topk_logprobs_local(hs, self.weight, self.topk, self.org_vocab_start)
+        if self.tp_size == 1:
+            log_probs = val - lse.unsqueeze(1)
+        else:
+            log_probs, ids = merge_vocab_shards(
+                self._all_gather(val), self._all_gather(ids), self._all_gather(lse), self.topk
+            )
+        k = self.topk
+        return log_probs.view(bs, self.block_size - 1, k), ids.view(bs, self.block_size - 1, k)
+
+    def _all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((self.tp_size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+        self.tp_group.all_gather_into_tensor(out, x.contiguous())
+        return out.view(self.tp_size, *x.shape)
+
+    def __call__(self, hidden_states: torch.Tensor, input_ids: Optional[torch.Tensor] = None) -> None:
+        log_probs, ids = self.compute(hidden_states)
+        n = log_probs.shape[0] * log_probs.shape[1]
+        self.out_log_probs[:n].copy_(log_probs.view(n, -1))
+        self.out_ids[:n].copy_(ids.view(n, -1))
+
+    def read(self, bs: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The outputs of the last replay for ``bs`` requests: ([bs, L-1, K], [bs, L-1, K])."""
+        n = bs * (self.block_size - 1)
+        shape = (bs, self.block_size - 1, self.topk)
+        return self.out_log_probs[:n].view(shape), self.out_ids[:n].view(shape)
+
+
+def build_draft_head(target_model, *, block_size, topk, max_bs, tp_group) -> Tuple[Optional[DraftTopKHead], str]:
+    """A head over the target's LM head, or (None, reason) when it cannot be built."""
+    lm_head = getattr(target_model, "lm_head", None)
+    if lm_head is None or not hasattr(lm_head, "weight"):
+        return None, "the target model exposes no lm_head.weight"
+    if not torch.is_floating_point(lm_head.weight):
+        return None, "quantized lm_head"
+    tp_size = int(tp_group.world_size) if tp_group is not None else 1
+    shard = getattr(lm_head, "shard_indices", None)
+    if shard is None:
+        if tp_size != 1:
+            return None, "tp > 1 without vocab shard metadata"
+        num_org, start = int(lm_head.weight.shape[0]), 0
+    else:
+        if int(shard.num_added_elements) != 0:
+            return None, "added vocabulary"
+        num_org, start = int(shard.num_org_elements), int(shard.org_vocab_start_index)
+    head = DraftTopKHead(
+        weight=lm_head.weight, block_size=block_size, topk=topk, num_org=num_org,
+        org_vocab_start=start, max_bs=max_bs, tp_group=tp_group if tp_size > 1 else None,
+    )
+    return head, ""

@@ -1,0 +1,111 @@
+"""Hooks into upstream runners that a DDTREE target needs (VERIFY step under CUDA graphs; KV sizing).
+
+- ``DecodeCudaGraphRunner.get_spec_info`` and ``spec_info.create_dummy_verify_input``: upstream's
+  DFLASH-family dummy carries no custom mask for triton / flashinfer, so the target-verify graphs
+  would be captured with causal attention and ignore the tree mask at replay. For the DDTREE target
+  runner the dummy carries the runner's mask buffer, so the graphs of every captured batch size read a
+  tree mask of width budget + 1. The draft runner (block size L, no mask) keeps upstream's dummy.
+- ``allocation_sizing.get_alloc_len_per_decode`` / ``get_req_to_token_extra_context_len``: the
+  scheduler's memory estimate and the req_to_token row headroom must cover DDTree's per-round
+  reservation (``RoundGeometry.reserve_per_decode``), which exceeds 2 * (budget + 1) when
+  budget + 1 < L.
+``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_ddtree.config import ALGORITHM_NAME
+
+logger = logging.getLogger(__name__)
+
+_installed = False
+
+_RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.get_spec_info"
+_DUMMY = "sglang.srt.speculative.spec_info.create_dummy_verify_input"
+_ALLOC_LEN = "sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode"
+_EXTRA_CTX = "sglang.srt.mem_cache.allocation_sizing.get_req_to_token_extra_context_len"
+
+
+def is_ddtree(spec_algorithm) -> bool:
+    return getattr(spec_algorithm, "name", None) == ALGORITHM_NAME
+
+
+def _is_ddtree_args(server_args) -> bool:
+    """DDTREE server args whose DDTREE fields are already validated and mapped."""
+    name = getattr(server_args, "speculative_algorithm", None)
+    return (
+        isinstance(name, str)
+        and name.upper() == ALGORITHM_NAME
+        and getattr(server_args, "speculative_ddtree_budget", None) is not None
+        and getattr(server_args, "speculative_ddtree_topk", None) is not None
+    )
+
+
+def _reserve_per_decode(server_args) -> int:
+    from sglang_ddtree.worker.geometry import RoundGeometry
+
+    return RoundGeometry.from_server_args(server_args, check_verify_width=False).reserve_per_decode
+
+
+def runner_get_spec_info(original, runner, num_tokens):
+    mr = runner.model_runner
+    if mr.is_draft_worker or not is_ddtree(mr.spec_algorithm):
+        return original(runner, num_tokens)
+    from sglang_ddtree.worker.info import make_capture_verify_input
+
+    return make_capture_verify_input(
+        num_tokens_per_req=runner.captured_req_width,
+        topk=mr.server_args.speculative_eagle_topk or 1,
+        custom_mask=runner.buffers.custom_mask,
+    )
+
+
+def create_dummy_verify_input(original, spec_algorithm, server_args, custom_mask, num_tokens_per_req,
+                              is_draft_worker):
+    if is_draft_worker or not is_ddtree(spec_algorithm):
+        return original(spec_algorithm, server_args, custom_mask, num_tokens_per_req, is_draft_worker)
+    from sglang_ddtree.worker.info import make_capture_verify_input
+
+    return make_capture_verify_input(
+        num_tokens_per_req=num_tokens_per_req,
+        topk=server_args.speculative_eagle_topk or 1,
+        custom_mask=custom_mask,
+    )
+
+
+def alloc_len_per_decode(original, server_args=None):
+    value = original(server_args)
+    if server_args is None:
+        from sglang.srt.runtime_context import get_server_args
+
+        server_args = get_server_args()
+    if not _is_ddtree_args(server_args):
+        return value
+    # Callers reserve 2x this (overlap double buffer); DDTree's reservation is reserve_per_decode.
+    return max(value, -(-_reserve_per_decode(server_args) // 2))
+
+
+def req_to_token_extra_context_len(original, server_args):
+    value = original(server_args)
+    if not _is_ddtree_args(server_args):
+        return value
+    return max(value, 4 + _reserve_per_decode(server_args))
+
+
+def install_hooks() -> None:
+    """Register the hooks above with SGLang's HookRegistry (idempotent, imports nothing heavy)."""
+    global _installed
+    if _installed:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for target, hook in (
+        (_RUNNER, runner_get_spec_info),
+        (_DUMMY, create_dummy_verify_input),
+        (_ALLOC_LEN, alloc_len_per_decode),
+        (_EXTRA_CTX, req_to_token_extra_context_len),
+    ):
+        HookRegistry.register(target, hook, HookType.AROUND)
+    _installed = True

@@ -1,0 +1,139 @@
+"""The SpecInput dataclasses a DDTree round carries (DRAFT state between rounds, VERIFY input).
+
+``DDTreeDraftInput`` is what the scheduler keeps on the running batch between rounds: the bonus
+token of each request (relayed through the overlap future map) plus the KV reservation done before
+each round. ``DDTreeVerifyInput`` is the target's verify input: DFLASH's verify input (same
+attention-backend paths) plus the tree topology SGLang's EAGLE/NGRAM tree verify reads
+(FULL_MASK custom mask, tree positions, ``retrieve_*`` arrays), so ``eagle_sample`` can accept on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar, Optional
+
+import torch
+
+from sglang.srt.mem_cache.allocation import alloc_for_spec_decode
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+
+
+@dataclasses.dataclass
+class DDTreeDraftInput(DFlashDraftInputV2):
+    """Draft-side state carried across rounds (spec-v2), with DDTree's KV reservation.
+
+    ``reserve_per_decode`` (slots past the scheduler's committed length, see
+    ``RoundGeometry.reserve_per_decode``) is set once per process by the worker.
+    """
+
+    reserve_per_decode: ClassVar[int] = 0
+
+    def prepare_for_decode(self, batch) -> None:
+        """Reserve KV slots for the next round (host loop over requests, like upstream's).
+
+        Runs on the scheduler before the round. Reads each request's committed and allocated
+        lengths, grows the allocation to ``committed + reserve_per_decode`` (capped at the
+        req_to_token row width) and records the host bounds the round uses for planning.
+        """
+        bs = batch.batch_size()
+        if bs == 0:
+            return
+        reserve = type(self).reserve_per_decode
+        assert reserve > 0, "DDTreeDraftInput.reserve_per_decode was not set by the worker"
+        self._ensure_prepare_length_buffers(bs, batch.device)
+        committed_cpu = self._prepare_batch_seq_lens_cpu_buf[:bs]
+        cur_cpu = self._prepare_cur_kv_lens_cpu_buf[:bs]
+        nxt_cpu = self._prepare_nxt_kv_lens_cpu_buf[:bs]
+        row_width = int(batch.req_to_token_pool.req_to_token.shape[1])
+        committed_sum = reserved_sum = needed = 0
+        max_top_k, top_ks = 1, set()
+        for i, req in enumerate(batch.reqs):
+            committed = int(req.kv_committed_len)
+            allocated = int(req.kv.kv_allocated_len)
+            reserved = max(allocated, min(committed + reserve, row_width))
+            committed_cpu[i], cur_cpu[i], nxt_cpu[i] = committed, allocated, reserved
+            committed_sum += committed
+            reserved_sum += reserved
+            needed += reserved - allocated
+            top_k = int(req.sampling_params.top_k)
+            max_top_k = max(max_top_k, top_k)
+            top_ks.add(top_k)
+        self.max_top_k = max_top_k
+        self.uniform_top_k_value = next(iter(top_ks)) if len(top_ks) == 1 else None
+
+        cur_gpu = self._prepare_cur_kv_lens_gpu_buf[:bs]
+        nxt_gpu = self._prepare_nxt_kv_lens_gpu_buf[:bs]
+        cur_gpu.copy_(cur_cpu, non_blocking=True)
+        nxt_gpu.copy_(nxt_cpu, non_blocking=True)
+        alloc_for_spec_decode(
+            batch.tree_cache,
+            batch.req_to_token_pool,
+            reqs=batch.reqs,
+            req_pool_indices=batch.req_pool_indices,
+            cur_kv_lens=cur_gpu,
+            cur_kv_lens_cpu=cur_cpu,
+            nxt_kv_lens=nxt_gpu,
+            nxt_kv_lens_cpu=nxt_cpu,
+            num_needed_tokens=needed,
+            batch=batch,
+        )
+        batch.seq_lens_cpu = committed_cpu
+        batch.seq_lens_sum = committed_sum
+        self.reserved_seq_lens_cpu = nxt_cpu
+        self.reserved_seq_lens_sum = reserved_sum
+
+
+def make_draft_input(bonus_tokens: torch.Tensor, new_seq_lens: torch.Tensor) -> DDTreeDraftInput:
+    """Shape: bonus_tokens [bs] int, new_seq_lens [bs] int -> the state for the next round."""
+    bs = int(new_seq_lens.numel())
+    device = bonus_tokens.device
+    return DDTreeDraftInput(
+        topk_p=torch.empty((bs, 0), device=device, dtype=torch.float32),
+        topk_index=torch.empty((bs, 0), device=device, dtype=torch.int64),
+        bonus_tokens=bonus_tokens.to(torch.int64),
+        new_seq_lens=new_seq_lens.to(torch.int64),
+        hidden_states=torch.empty((bs, 0), device=device, dtype=torch.float16),
+    )
+
+
+@dataclasses.dataclass
+class DDTreeVerifyInput(DFlashVerifyInput):
+    """Target verify input of a DDTree round (N = budget + 1 tokens per request).
+
+    Inherited: draft_token [bs*N] int64 (tree tokens, root first), positions [bs*N] int64
+    (prefix + depth), draft_token_num = N, topk = K (backends that gate tree handling on topk > 1),
+    custom_mask (FULL_MASK, see ``tree_api.verify_topology``), capture_hidden_mode FULL.
+    """
+
+    retrieve_index: Optional[torch.Tensor] = None  # [bs, N] int64, b * N + row
+    retrieve_next_token: Optional[torch.Tensor] = None  # [bs, N] int64, first child, -1 none
+    retrieve_next_sibling: Optional[torch.Tensor] = None  # [bs, N] int64, next sibling, -1 none
+    max_depth: int = 0  # D: deepest possible node
+    draft_probs: Optional[torch.Tensor] = None  # target-only tree sampling: always None
+    grammar: Optional[object] = None  # grammar-constrained decoding is rejected per request
+
+    @property
+    def max_tree_depth(self) -> int:
+        """Width of eagle_sample's accept_index rows: root + D accepted drafts."""
+        return self.max_depth + 1
+
+    @property
+    def tree_topk(self) -> int:
+        """-1: irregular tree (no fixed per-level branching)."""
+        return -1
+
+
+def make_capture_verify_input(*, num_tokens_per_req: int, topk: int, custom_mask: torch.Tensor):
+    """The dummy verify input for the target's CUDA-graph capture and warm-up: it must carry a
+    custom mask so the captured attention reads the tree mask buffer at replay."""
+    return DDTreeVerifyInput(
+        draft_token=None,
+        positions=None,
+        draft_token_num=int(num_tokens_per_req),
+        topk=int(topk),
+        custom_mask=custom_mask,
+        capture_hidden_mode=CaptureHiddenMode.FULL,
+        max_depth=int(num_tokens_per_req) - 1,
+    )

@@ -1,0 +1,252 @@
+"""The DDTREE speculative decoding worker (spec-v2; overlap scheduling on or off).
+
+One decode round, batched over the running requests, without host syncs:
+  DRAFT   one DFlash forward over [bonus, mask x (L-1)]; top-K tokens + log-probs of positions
+          1..L-1 from the target's LM head (``draft_head``), inside the draft CUDA graph;
+  BUILD   the ``budget`` best-scoring prefixes as a tree, on the GPU (``tree_api``);
+  VERIFY  budget + 1 tokens per request in one target forward with the ancestor-only mask
+          (``DDTreeVerifyInput``; CUDA graphs captured with the mask, see ``hooks``);
+  ACCEPT  upstream's ``eagle_sample``: greedy ``verify_tree_greedy`` or, at T > 0, target-only
+          tree sampling; the first unmatched target token is the bonus token;
+  COMMIT  move the accepted path's target KV into place and write its target hidden states into
+          the drafter's KV (``kv_commit``); carry the bonus token to the next round.
+Prefill, draft-KV materialisation and draft CUDA graphs are DFLASH's (``DFlashWorkerV2``). The
+drafter's runner sees block size L and topk 1; the target sees budget + 1 and topk K.
+Vocabulary (node, root, depth, budget, accept length, bonus token): see ``sglang_ddtree.tree``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
+from sglang.kernels.ops.speculative.dflash import _prepare_dflash_draft_block_unchecked
+from sglang.srt.configs.hybrid_arch import mambaish_config
+from sglang.srt.distributed import get_tp_group
+from sglang.srt.managers.scheduler import GenerationBatchResult
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+from sglang.srt.speculative.eagle_utils import eagle_sample
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+from sglang_ddtree.worker.debug import WorkerKnobs
+from sglang_ddtree.worker.draft_head import build_draft_head
+from sglang_ddtree.worker.geometry import RoundGeometry, draft_server_args_view
+from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
+from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
+from sglang_ddtree.worker.tree_api import resolve_build_tree, verify_topology
+
+logger = logging.getLogger(__name__)
+
+
+class DDTreeWorker(DFlashWorkerV2):
+    """``DFlashWorkerV2`` with DDTree's decode round (see the module docstring)."""
+
+    def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
+        geometry = RoundGeometry.from_server_args(server_args)
+        if mambaish_config(target_worker.model_runner.model_config) is not None:
+            raise ValueError("--speculative-algorithm DDTREE does not support hybrid Mamba/GDN targets yet.")
+        self.geometry = geometry
+        super().__init__(draft_server_args_view(server_args, geometry), gpu_id, ps, nccl_port, target_worker)
+        self.server_args = server_args
+        if self.use_compact_draft_cache:
+            raise ValueError("--speculative-draft-window-size is not supported with DDTREE yet.")
+        if int(self.block_size) != geometry.block_size:
+            raise RuntimeError(f"DDTREE: draft block size {self.block_size} != configured {geometry.block_size}.")
+        DDTreeDraftInput.reserve_per_decode = geometry.reserve_per_decode
+        self.knobs = WorkerKnobs.from_env()
+        self._build_tree = resolve_build_tree(self.knobs.tree_impl)
+        # Eager top-K head (the draft CUDA graph folds in its own copy, see _maybe_build_draft_sampler).
+        self._eager_head, reason = self._make_head(max_bs=1)
+        if self._eager_head is None:
+            raise ValueError(f"--speculative-algorithm DDTREE needs a floating-point target LM head: {reason}.")
+        self._warned_host_sync = False
+        if self.ps.tp_rank == 0:
+            logger.info(
+                "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
+                "KV reserve %d/round, tree builder %s%s.",
+                geometry.budget, geometry.topk, geometry.block_size, geometry.num_verify_tokens,
+                geometry.max_depth, geometry.reserve_per_decode, self._build_tree.__module__,
+                ", TEST reversed draft ranks" if self.knobs.reverse_draft_ranks else "",
+            )
+
+    # ---- set-up hooks of DFlashWorkerV2 -------------------------------------------------------
+    def _make_head(self, max_bs: int):
+        tp_group = get_tp_group()
+        return build_draft_head(
+            self.target_worker.model_runner.model, block_size=self.geometry.block_size,
+            topk=self.geometry.topk, max_bs=max_bs, tp_group=tp_group if tp_group.world_size > 1 else None,
+        )
+
+    def _maybe_build_draft_sampler(self):
+        """Fold the top-K head into the draft CUDA graph (tp == 1); None keeps it eager."""
+        head, reason = self._make_head(max_bs=max(self.server_args.cuda_graph_config.decode.bs))
+        if head is None or head.tp_size > 1:
+            if self.ps.tp_rank == 0:
+                logger.info("DDTREE draft top-K head kept eager (%s).", reason or "tp > 1")
+            return None
+        return head
+
+    def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
+        return make_draft_input(bonus_tokens, seq_lens)
+
+    def _make_next_draft_input_decode(self, *, bonus_tokens, new_seq_lens):
+        return make_draft_input(bonus_tokens, new_seq_lens)
+
+    # ---- the round ----------------------------------------------------------------------------
+    def forward_batch_generation(self, batch, on_publish=None) -> GenerationBatchResult:
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+            return super().forward_batch_generation(batch, on_publish)
+        if getattr(batch, "return_logprob", False):
+            raise ValueError("DDTREE speculative decoding does not support return_logprob yet.")
+        if batch.spec_info is None:
+            batch.spec_info = DDTreeDraftInput.create_idle_input(device=self.device)
+        if batch.forward_mode.is_idle():
+            return self._idle_result(on_publish)
+        return self._decode_round(batch, on_publish)
+
+    def _decode_round(self, batch, on_publish) -> GenerationBatchResult:
+        g = self.geometry
+        draft_input = batch.spec_info
+        batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
+        bs = len(batch.seq_lens)
+        prefix = batch.seq_lens
+
+        log_probs, token_ids = self._draft(batch, draft_input, bs)
+        if self.knobs.reverse_draft_ranks:
+            token_ids = token_ids.flip(-1)
+        tree = self._build_tree(log_probs, token_ids, g.budget)
+        tokens = tree.token_ids.clone()
+        tokens[:, 0] = draft_input.bonus_tokens.to(torch.int64)
+
+        verify_loc = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices, req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+            start_offset=prefix, end_offset=prefix + g.num_verify_tokens, batch_size=bs,
+            draft_token_num=g.num_verify_tokens, device=self.device,
+        )
+        verify_cpu, verify_sum = self._host_seq_lens(batch, draft_input, extra=g.num_verify_tokens)
+        n = g.num_verify_tokens
+        mask, positions, r_index, r_next, r_sibling = verify_topology(
+            tree, prefix, g.max_depth, mask_numel=n * (verify_sum + bs * n)
+        )
+        verify_input = DDTreeVerifyInput(
+            draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=g.topk,
+            custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
+            retrieve_next_token=r_next, retrieve_next_sibling=r_sibling, max_depth=g.max_depth,
+        )
+        logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
+                                                                    verify_cpu, verify_sum)
+
+        predict, accept_lens, accept_index = eagle_sample(verify_input, batch, logits_output, None)
+        out_tokens, bonus = gather_accepted_tokens(predict, accept_index, accept_lens)
+        verify_loc_2d = verify_loc.view(bs, n)
+        tgt, src = accepted_kv_moves(verify_loc_2d, accept_index, accept_lens)
+        self.model_runner.token_to_kv_pool.move_kv_cache(tgt, src)
+        new_seq_lens = prefix + accept_lens.to(prefix.dtype)
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+
+        hidden = logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE verify returned no target hidden states (aux capture missing).")
+        ctx_hidden, ctx_loc, ctx_loc_2d, ctx_pos = accepted_path_context(hidden, verify_loc_2d, accept_index, prefix)
+        self._append_target_hidden_to_draft_kv_by_loc(
+            target_hidden=ctx_hidden, cache_loc=ctx_loc, positions=ctx_pos, cache_loc_2d=ctx_loc_2d,
+            commit_lens=accept_lens.to(torch.int32),
+        )
+        logits_output.hidden_states = None  # keep it off the D2H copy
+        return GenerationBatchResult(
+            logits_output=logits_output,
+            next_token_ids=out_tokens.reshape(-1),
+            accept_lens=accept_lens.to(torch.int32),
+            can_run_cuda_graph=can_run_cuda_graph,
+            next_draft_input=make_draft_input(bonus, new_seq_lens),
+            speculative_num_draft_tokens=g.accept_width,
+            new_seq_lens=new_seq_lens,
+            extra_keep_alive_refs=[verify_fb, verify_input, verify_loc],
+        )
+
+    def _draft(self, batch, draft_input, bs: int):
+        """One DFlash forward over [bonus, mask x (L-1)] -> ([bs, L-1, K] log-probs, [bs, L-1, K] ids)."""
+        block = self.geometry.block_size
+        self._ensure_draft_block_buffers(bs)
+        block_ids = self._draft_block_ids_buf[:bs]
+        positions_2d = self._draft_block_positions_buf[:bs]
+        draft_loc_2d = self._draft_verify_out_cache_loc_buf[:bs]
+        _prepare_dflash_draft_block_unchecked(
+            bonus_tokens=draft_input.bonus_tokens.view(-1), prefix_lens=batch.seq_lens.view(-1),
+            req_pool_indices=batch.req_pool_indices.view(-1),
+            req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+            block_ids_out=block_ids, positions_out=positions_2d, cache_loc_out=draft_loc_2d,
+            mask_token_id=int(self._mask_token_id),
+        )
+        embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
+        seq_lens_cpu = self._draft_seq_lens_cpu_buf[:bs]
+        host_cpu, host_sum = self._host_seq_lens(batch, draft_input, extra=block)
+        seq_lens_cpu.copy_(host_cpu)
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=block_ids.flatten(),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=batch.seq_lens,
+            out_cache_loc=draft_loc_2d.reshape(-1),
+            seq_lens_sum=host_sum,
+            seq_lens_cpu=seq_lens_cpu,
+            positions=positions_2d.reshape(-1),
+            input_embeds=embeds.view(-1, embeds.shape[-1]),
+            spec_algorithm=SpeculativeAlgorithm.DFLASH,
+            spec_info=self._draft_block_spec_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+        )
+        with torch.inference_mode():
+            draft_out = self.draft_model_runner.forward(forward_batch)
+        if self._draft_sampler is not None and draft_out.can_run_graph:
+            return self._draft_sampler.read(bs)
+        hidden = draft_out.logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE: the DFlash draft forward returned no hidden states.")
+        return self._eager_head.compute(hidden)
+
+    def _verify(self, batch, verify_input, verify_loc, verify_cpu, verify_sum):
+        """Target forward over the trees; returns (logits output, forward batch, ran a CUDA graph)."""
+        batch.out_cache_loc = verify_loc
+        saved = (batch.seq_lens_cpu, batch.seq_lens_sum)
+        batch.seq_lens_cpu, batch.seq_lens_sum = verify_cpu, verify_sum
+        forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+        batch.seq_lens_cpu, batch.seq_lens_sum = saved
+        out = self.target_worker.forward_batch_generation(
+            batch=None, forward_batch=forward_batch, is_verify=True, skip_attn_backend_init=True
+        )
+        return out.logits_output, forward_batch, out.can_run_cuda_graph
+
+    def _host_seq_lens(self, batch, draft_input, *, extra: int):
+        """Host upper bound of (committed length + ``extra``) per request and its sum, for attention
+        planning and mask sizing; no device sync unless no host-side length source exists."""
+        if batch.seq_lens_cpu is not None:
+            bound = batch.seq_lens_cpu.to(torch.int64) + extra
+        elif draft_input.reserved_seq_lens_cpu is not None:
+            bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)  # >= committed + reserve
+        else:
+            if not self._warned_host_sync:
+                logger.warning("DDTREE: no host-side sequence lengths; syncing once per round.")
+                self._warned_host_sync = True
+            bound = batch.seq_lens.to("cpu", dtype=torch.int64) + extra
+        return bound, int(bound.sum())
+
+    def _idle_result(self, on_publish) -> GenerationBatchResult:
+        empty_ids = torch.empty((0,), dtype=torch.int64, device=self.device)
+        next_draft_input = make_draft_input(empty_ids, empty_ids)
+        if on_publish is not None:
+            on_publish(next_draft_input.new_seq_lens)
+        return GenerationBatchResult(
+            logits_output=None,
+            next_token_ids=empty_ids,
+            accept_lens=torch.empty((0,), dtype=torch.int32, device=self.device),
+            next_draft_input=next_draft_input,
+            can_run_cuda_graph=False,
+            speculative_num_draft_tokens=self.geometry.accept_width,
+            new_seq_lens=next_draft_input.new_seq_lens,
+        )
