@@ -1,0 +1,105 @@
+"""``python -m sglang_ddtree doctor``: one line per check with a fix for each failure, exit code 0 only
+when all required checks pass, and a clear failure (not a crash) on a machine without a GPU."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sglang_ddtree import doctor
+
+
+def _doctor(*args):
+    return subprocess.run([sys.executable, "-m", "sglang_ddtree", "doctor", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def doctor_json():
+    proc = _doctor("--json")
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_reports_every_check_once(doctor_json):
+    _, report = doctor_json
+    names = [c["name"] for c in report["checks"]]
+    assert names == ["plugin entry point", "sglang", "torch", "sgl-kernel", "flashinfer", "GPU",
+                     "upstream symbols", "server runtime modules"]
+    for check in report["checks"]:
+        assert check["status"] in ("OK", "FAIL", "WARN")
+        if check["status"] == "FAIL":
+            assert check["fix"], f"{check['name']} failed without a fix"
+
+
+def test_exit_code_matches_required_checks(doctor_json):
+    code, report = doctor_json
+    failed_required = [c for c in report["checks"] if c["status"] == "FAIL" and c["required"]]
+    assert report["ok"] is (not failed_required)
+    assert code == (0 if report["ok"] else 1)
+
+
+def test_plugin_and_sglang_checks_pass_in_the_test_environment(doctor_json):
+    _, report = doctor_json
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["plugin entry point"]["status"] == "OK"
+    assert by_name["sglang"]["status"] == "OK" and "0.5.16" in by_name["sglang"]["detail"]
+    assert by_name["upstream symbols"]["status"] == "OK", by_name["upstream symbols"]["detail"]
+
+
+def test_without_a_gpu_the_gpu_check_fails_clearly():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = _doctor()
+    assert proc.returncode == 1
+    gpu_lines = [line for line in proc.stdout.splitlines() if "] GPU:" in line]
+    assert gpu_lines == ["[FAIL] GPU: no CUDA GPU visible to torch"]
+    assert "fix: run on a machine with an NVIDIA GPU (Hopper sm_90 or Blackwell sm_100/sm_120)" in proc.stdout
+    assert proc.stdout.strip().endswith("doctor: some required checks FAILED (see fix lines)")
+
+
+def test_sglang_outside_the_range_fails_with_the_fix(monkeypatch):
+    from sglang_ddtree import plugin
+
+    monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.5.23")
+    check = doctor.check_sglang()
+    assert check.status == "FAIL"
+    assert check.detail == "0.5.23 is outside the supported range >=0.5.16,<0.5.17"
+    assert "pip install 'sglang>=0.5.16,<0.5.17'" in check.fix
+
+
+def test_missing_upstream_symbol_is_named(monkeypatch):
+    from sglang_ddtree import compat
+
+    monkeypatch.setattr(compat, "UPSTREAM_SYMBOLS", compat.UPSTREAM_SYMBOLS + (
+        ("sglang.srt.server_args.NoSuchThing", "a test"),))
+    check = doctor.check_upstream_symbols()
+    assert check.status == "FAIL"
+    assert "sglang.srt.server_args.NoSuchThing (a test): AttributeError" in check.detail
+
+
+def test_cuda_mismatch_between_torch_and_sgl_kernel_is_reported(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    import importlib.util
+    import types
+
+    pkg = tmp_path / "sgl_kernel"
+    pkg.mkdir()
+    (pkg / "common_ops.so").write_bytes(b"\x7fELF....libcudart.so.12\x00")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: types.SimpleNamespace(
+        submodule_search_locations=[str(pkg)]) if name == "sgl_kernel" else None)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    check = doctor.check_sgl_kernel()
+    assert check.status == "FAIL"
+    assert "links CUDA runtime [12] but torch is built for CUDA 13" in check.detail
+    assert "same CUDA major" in check.fix
+
+
+def test_a_crashing_check_is_a_failed_check(monkeypatch):
+    def boom():
+        raise KeyError("x")
+
+    monkeypatch.setattr(doctor, "CHECKS", (boom,))
+    [result] = doctor.run_checks()
+    assert result.status == "FAIL" and "check crashed: KeyError" in result.detail
