@@ -4,9 +4,9 @@
 the residual stream stays ~ the token embedding (layer outputs scaled by 0.05) and the lm_head turns
 it into a deterministic successor map with logit margins of ~3: a token in a small set S (the mask
 token and the ATTRACTOR token included) is followed by the attractor, any other token x by a random
-succ(x) outside S. A sharp drafter (same scaling) sees the mask token at depths 1..L-1, so it proposes
-the attractor everywhere: rounds are rejected at depth 1 until greedy decoding reaches S, then the
-whole block is accepted every round. ``sharp=False`` gives plain random weights (bonus-only rounds).
+succ(x) (any token but the mask and the attractor, so greedy decoding usually walks into S). A sharp drafter (same scaling) sees the mask token at depths 1..L-1, so it proposes
+the attractor everywhere (its final norm is scaled up so it does so confidently): rounds are rejected
+at depth 1 until greedy decoding reaches S, then deep paths are accepted every round. ``sharp=False`` gives plain random weights (bonus-only rounds).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _shrink_layer_outputs(layers, scale: float = 0.05) -> None:
 
 @torch.no_grad()
 def random_target(seed: int = 0, sharp: bool = True, cfg: Optional[Qwen3Config] = None,
-                  mask_token_id: Optional[int] = None, frac_s: float = 0.04, margin: float = 4.0) -> Qwen3ForCausalLM:
+                  mask_token_id: Optional[int] = None, frac_s: float = 0.08, margin: float = 4.0) -> Qwen3ForCausalLM:
     cfg = cfg or tiny_target_config()
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(cfg).eval()
@@ -51,9 +51,9 @@ def random_target(seed: int = 0, sharp: bool = True, cfg: Optional[Qwen3Config] 
     head = torch.randn(V, H, generator=g) * 1e-3
     head[ATTRACTOR] = 0.0
     head[ATTRACTOR, 0] = margin  # S -> attractor
-    outside = (~in_s).nonzero().flatten()
-    succ = outside[torch.randint(len(outside), (V,), generator=g)]
-    for x in outside.tolist():  # x -> succ(x): row succ(x) reads x's identity (dims 1..)
+    choices = torch.tensor([t for t in range(V) if t not in (ATTRACTOR, mask_token_id)])
+    succ = choices[torch.randint(len(choices), (V,), generator=g)]
+    for x in (~in_s).nonzero().flatten().tolist():  # x -> succ(x): row succ(x) reads x's identity (dims 1..)
         head[succ[x], 1:] += margin * emb[x, 1:] / (H - 1)
     model.model.embed_tokens.weight.copy_(emb)
     model.lm_head.weight.copy_(head)
@@ -71,4 +71,5 @@ def random_drafter(target: Qwen3ForCausalLM, seed: int = 0, sharp: bool = True, 
     drafter = DFlashDraftModel(cfg).eval()
     if sharp:
         _shrink_layer_outputs(drafter.layers)
+        drafter.norm.weight.fill_(3.0)  # a confident drafter: log-prob of its top-1 ~ -0.1, not ~ -1.8
     return drafter
