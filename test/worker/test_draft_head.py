@@ -1,0 +1,61 @@
+"""Top-K draft log-probs: against a dense log_softmax, chunking, and the vocab-parallel merge."""
+
+import torch
+
+from sglang_ddtree.worker import draft_head as dh
+
+
+def _dense(hidden, weight, k):
+    lp = torch.log_softmax((hidden @ weight.T).float(), -1)
+    return lp.topk(k, dim=-1)
+
+
+def test_local_topk_matches_dense_log_softmax(monkeypatch):
+    monkeypatch.setattr(dh, "_CHUNK_TOKENS", 5)  # force several chunks
+    g = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(13, 16, generator=g), torch.randn(40, 16, generator=g)
+    val, ids, lse = dh.topk_logprobs_local(hidden, weight, 4, vocab_start=0)
+    ref_lp, ref_ids = _dense(hidden, weight, 4)
+    torch.testing.assert_close(val - lse.unsqueeze(1), ref_lp, atol=1e-5, rtol=1e-5)
+    assert torch.equal(ids, ref_ids)
+
+
+def test_vocab_parallel_merge_equals_full_vocab():
+    g = torch.Generator().manual_seed(1)
+    hidden, weight = torch.randn(9, 8, generator=g), torch.randn(48, 8, generator=g)
+    shares = [dh.topk_logprobs_local(hidden, weight[r * 12 : (r + 1) * 12], 5, vocab_start=r * 12)
+              for r in range(4)]
+    lp, ids = dh.merge_vocab_shards(*(torch.stack(x) for x in zip(*shares)), topk=5)
+    ref_lp, ref_ids = _dense(hidden, weight, 5)
+    torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=1e-5)
+    assert torch.equal(ids, ref_ids)
+
+
+class _Head:  # stand-in for a target lm_head without shard metadata
+    def __init__(self, weight):
+        self.weight = weight
+
+
+class _Model:
+    def __init__(self, weight):
+        self.lm_head = _Head(weight)
+
+
+def test_head_reads_block_positions_one_to_l_minus_one():
+    g = torch.Generator().manual_seed(2)
+    weight = torch.randn(30, 8, generator=g)
+    head, reason = dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=5, tp_group=None)
+    assert head is not None, reason
+    hidden = torch.randn(2 * 4, 8, generator=g)
+    head(hidden)  # the capture-tail call writes the static buffers
+    lp, ids = head.read(2)
+    ref_lp, ref_ids = _dense(hidden.view(2, 4, 8)[:, 1:].reshape(-1, 8), weight, 3)
+    torch.testing.assert_close(lp.reshape(-1, 3), ref_lp, atol=1e-5, rtol=1e-5)
+    assert torch.equal(ids.reshape(-1, 3), ref_ids)
+    assert lp.shape == (2, 3, 3)
+
+
+def test_head_refuses_quantized_lm_head():
+    head, reason = dh.build_draft_head(_Model(torch.zeros(4, 4, dtype=torch.int8)), block_size=4, topk=2,
+                                       max_bs=1, tp_group=None)
+    assert head is None and "quantized" in reason

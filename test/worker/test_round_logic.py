@@ -1,0 +1,83 @@
+"""Accept + commit logic of a round on CPU: tree -> topology -> greedy tree verify (a re-statement of
+sgl_kernel.verify_tree_greedy) -> emitted tokens, bonus, KV moves and the drafter's new context."""
+
+import pytest
+import torch
+
+from sglang_ddtree.worker import _tree_stopgap as tg
+from sglang_ddtree.worker.geometry import RoundGeometry
+from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
+
+from _worker_oracles import accept_walk, verify_tree_greedy
+
+
+def _make_round(bs, depth, k, budget, seed):
+    g = torch.Generator().manual_seed(seed)
+    vocab = 6  # tiny vocabulary: the target often agrees with some branch
+    lp, ids = torch.log_softmax(torch.randn(bs, depth, vocab, generator=g), -1).topk(k, dim=-1)
+    tree = tg.build_tree(lp, ids, budget)
+    tokens = tree.token_ids.clone()
+    tokens[:, 0] = torch.randint(vocab, (bs,), generator=g)
+    target_next = torch.randint(vocab, tokens.shape, generator=g)
+    return tree, tokens, target_next
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("depth,k,budget", [(7, 3, 15), (7, 4, 64), (3, 2, 1), (5, 6, 30)])
+def test_greedy_accept_matches_longest_path(seed, depth, k, budget):
+    bs = 5
+    geometry = RoundGeometry(budget=budget, topk=k, block_size=depth + 1)
+    tree, tokens, target_next = _make_round(bs, depth, k, budget, seed)
+    n, width = geometry.num_verify_tokens, geometry.accept_width
+    prefix = torch.randint(3, 30, (bs,), generator=torch.Generator().manual_seed(seed))
+    numel = n * int((prefix + n).sum())
+    _, _, r_index, r_next, r_sib = tg.verify_topology(tree, prefix, geometry.max_depth, numel)
+    predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, width)
+    accept_lens = num + 1
+    out, bonus = gather_accepted_tokens(predict, accept_index, accept_lens)
+
+    for b in range(bs):
+        rows, want_bonus = accept_walk(tokens[b], tree.parents[b], tree.valid[b], target_next[b])
+        a = len(rows)
+        assert int(accept_lens[b]) == a
+        assert accept_index[b, :a].tolist() == [b * n + r for r in rows]
+        emitted = [int(tokens[b, r]) for r in rows[1:]] + [want_bonus]
+        assert out[b, :a].tolist() == emitted and int(bonus[b]) == want_bonus
+
+    # KV: slot of node j is verify_loc[b, j]; after the moves, depth d must hold the accepted node's KV.
+    verify_loc = (torch.arange(bs * n) + 1000).view(bs, n)  # distinct, non-zero slots
+    kv = torch.zeros(2000, dtype=torch.int64)
+    kv[verify_loc.reshape(-1)] = torch.arange(bs * n)  # "KV" = global node id
+    tgt, src = accepted_kv_moves(verify_loc, accept_index, accept_lens)
+    for chunk in range(0, tgt.numel(), 7):  # sequential chunks, read-before-write within one
+        t, s = tgt[chunk : chunk + 7], src[chunk : chunk + 7]
+        kv[t] = kv[s].clone()
+    for b in range(bs):
+        a = int(accept_lens[b])
+        assert kv[verify_loc[b, :a]].tolist() == accept_index[b, :a].tolist()
+        assert bool((tgt.view(bs, width)[b, a:] == 0).all())
+
+    hidden = torch.arange(bs * n, dtype=torch.float32).unsqueeze(1).repeat(1, 3)
+    ctx_h, loc, loc2d, pos = accepted_path_context(hidden, verify_loc, accept_index, prefix)
+    assert loc2d.is_contiguous() and loc2d.shape == (bs, width)
+    for b in range(bs):
+        a = int(accept_lens[b])
+        assert ctx_h.view(bs, width, 3)[b, :a, 0].tolist() == [float(i) for i in accept_index[b, :a]]
+        assert pos.view(bs, width)[b, :a].tolist() == [int(prefix[b]) + d for d in range(a)]
+        assert loc2d[b, :a].tolist() == verify_loc[b, :a].tolist()
+
+
+def test_chain_tree_reduces_to_chain_verification():
+    """K = 1: the tree is DFLASH's chain; acceptance = longest matching prefix of the chain."""
+    bs, depth = 3, 7
+    tree, tokens, _ = _make_round(bs, depth, 1, 64, seed=1)
+    n = 65
+    target_next = torch.zeros_like(tokens)
+    keep = [0, 3, 7]  # accepted drafts per request
+    for b in range(bs):
+        target_next[b, :depth] = tokens[b, 1 : depth + 1]
+        target_next[b, keep[b]] = (tokens[b, keep[b] + 1] + 1) % 6 if keep[b] < depth else 5
+    prefix = torch.tensor([5, 6, 7])
+    _, _, r_index, r_next, r_sib = tg.verify_topology(tree, prefix, depth, n * int((prefix + n).sum()))
+    predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, depth + 1)
+    assert num.tolist() == keep
