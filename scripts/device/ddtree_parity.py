@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""GPU check of the DDTREE worker: greedy DDTREE output == plain target output, token for token.
+
+One ``sglang.Engine`` per configuration, run one after another in this process. Every configuration
+decodes the same prompts at batch sizes 1, 4 and 16 (requests submitted together); DDTREE outputs are
+compared with the plain (no speculation) engine of the same attention backend, per prompt. Results go
+to ``--out/results.jsonl`` (one line per configuration: pass counts, mismatches, mean accept length).
+
+    python3 scripts/device/ddtree_parity.py --target T --draft D --out DIR \
+        --configs plain_triton,dd_triton_b15 [--deadline-s 400]
+Needs the sharp tiny models of make_tiny_models.py (bf16 near-ties make random models unfit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import traceback
+
+COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
+              sampling_backend="pytorch", cuda_graph_max_bs_decode=16, log_level="warning")
+
+
+def ddtree(budget, topk, backend="triton", **kw):
+    return dict(speculative_algorithm="DDTREE", speculative_ddtree_budget=budget,
+                speculative_ddtree_topk=topk, attention_backend=backend, **kw)
+
+
+CONFIGS = {
+    "plain_triton": dict(attention_backend="triton"),
+    "plain_flashinfer": dict(attention_backend="flashinfer"),
+    "dflash_triton": dict(attention_backend="triton", speculative_algorithm="DFLASH"),
+    "dd_triton_b15": ddtree(15, 4),
+    "dd_triton_b64": ddtree(64, 8),
+    "dd_triton_b1": ddtree(1, 1),
+    "dd_triton_b15_nograph": ddtree(15, 4, disable_cuda_graph=True),
+    "dd_triton_b15_nooverlap": ddtree(15, 4, disable_overlap_schedule=True),
+    "dd_triton_b64_reversed": ddtree(64, 8, _env={"SGLANG_DDTREE_TEST_REVERSE_RANKS": "1"}),
+    "dd_triton_b3": ddtree(3, 2),
+    "dd_flashinfer_b15": ddtree(15, 4, backend="flashinfer"),
+    "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
+    "dd_flashinfer_b1": ddtree(1, 1, backend="flashinfer"),
+}
+
+
+def make_prompts(tokenizer, n=16):
+    words = ("the quick brown fox jumps over a lazy dog while speculative decoding drafts a tree of tokens "
+             "and the target model verifies them alpha beta gamma delta one two three def class return").split()
+    prompts = []
+    for i in range(n):
+        k = 3 + (i * 7) % 23
+        text = " ".join(words[(i * 5 + j * 3) % len(words)] for j in range(k)) + f" {i * 7919 % 1000}"
+        prompts.append(tokenizer.encode(text))
+    return prompts
+
+
+def run_config(name, target, draft, prompts, max_new_tokens):
+    import sglang
+
+    kw = dict(CONFIGS[name])
+    env = kw.pop("_env", {})
+    for k, v in env.items():
+        os.environ[k] = v
+    if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):
+        kw["speculative_draft_model_path"] = draft
+    t0 = time.time()
+    engine = sglang.Engine(model_path=target, **COMMON, **kw)
+    start_s = time.time() - t0
+    params = dict(temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True)
+    out = {"outputs": {}, "accept": {}}
+    try:
+        for bs in (1, 4, 16):
+            subset = prompts[:4] if bs == 1 else prompts
+            ids, acc = [None] * len(subset), [None] * len(subset)
+            for s in range(0, len(subset), bs):
+                res = engine.generate(input_ids=subset[s : s + bs], sampling_params=params)
+                for j, r in enumerate(res):
+                    ids[s + j] = list(r["output_ids"])
+                    acc[s + j] = r["meta_info"].get("spec_accept_length")
+            out["outputs"][bs], out["accept"][bs] = ids, acc
+    finally:
+        engine.shutdown()
+        for k in env:
+            os.environ.pop(k, None)
+    out["start_s"], out["total_s"] = start_s, time.time() - t0
+    return out
+
+
+def compare(ref, got):
+    """Per batch size: (equal prompts, total prompts, first mismatch)."""
+    report = {}
+    for bs, outs in got["outputs"].items():
+        ref_outs = ref["outputs"][16][: len(outs)]
+        eq = [a == b for a, b in zip(outs, ref_outs)]
+        first = None
+        for i, (a, b) in enumerate(zip(outs, ref_outs)):
+            if a != b:
+                pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                first = dict(prompt=i, pos=pos, got=a[max(0, pos - 2) : pos + 4], ref=b[max(0, pos - 2) : pos + 4])
+                break
+        report[bs] = dict(equal=sum(eq), total=len(eq), first_mismatch=first)
+    return report
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--configs", required=True)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--deadline-s", type=float, default=1e9, help="start no new engine after this")
+    args = ap.parse_args()
+    t_start = time.time()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    prompts = make_prompts(tokenizer)
+    refs = {}
+    os.makedirs(args.out, exist_ok=True)
+    results_path = os.path.join(args.out, "results.jsonl")
+    for name in args.configs.split(","):
+        if time.time() - t_start > args.deadline_s:
+            print(f"[parity] deadline reached, skipping {name}", flush=True)
+            continue
+        backend = CONFIGS[name].get("attention_backend", "triton")
+        print(f"[parity] === {name} ({time.time() - t_start:.0f}s)", flush=True)
+        rec = dict(config=name, kwargs={k: v for k, v in CONFIGS[name].items()})
+        try:
+            got = run_config(name, args.target, args.draft, prompts, args.max_new_tokens)
+            rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))
+            if name.startswith("plain_"):
+                refs[backend] = got
+                rec["batch_invariant"] = got["outputs"][1] == got["outputs"][16][:4] and got["outputs"][4] == got["outputs"][16]
+            else:
+                ref = refs.get(backend) or next(iter(refs.values()), None)
+                rec["parity"] = compare(ref, got) if ref is not None else "no reference"
+                accs = [a for v in got["accept"].values() for a in v if a is not None]
+                rec["mean_accept_length"] = round(sum(accs) / len(accs), 3) if accs else None
+                rec["accept_by_bs"] = {bs: [round(a, 2) if a else a for a in v] for bs, v in got["accept"].items()}
+        except Exception as e:  # record and go on with the next configuration
+            rec["error"] = f"{type(e).__name__}: {e}"
+            rec["traceback"] = traceback.format_exc()[-4000:]
+        print("[parity] " + json.dumps({k: v for k, v in rec.items() if k != "traceback"}), flush=True)
+        with open(results_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
