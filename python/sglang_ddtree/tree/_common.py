@@ -1,0 +1,79 @@
+"""Shared helpers of the tree-op wrappers: argument checks, backend choice, launch sizes.
+
+Serves every step the tree package implements (build tree, verify topology, accept). Checks raise
+``ValueError`` for caller mistakes; a fallback from Triton to PyTorch logs one warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "triton", "torch")
+
+
+def next_pow2(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def check(t: torch.Tensor, name: str, dtype: torch.dtype, ndim: int, device: torch.device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise ValueError(f"{name} must be {dtype}, got {t.dtype}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, expected {device}")
+
+
+@functools.lru_cache(maxsize=None)
+def triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # pragma: no cover - depends on the install
+        return False
+    return True
+
+
+def triton_interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_fallback(op: str, why: str) -> None:
+    logger.warning("sglang_ddtree.tree.%s: using the PyTorch path (%s)", op, why)
+
+
+def use_triton(op: str, device: torch.device, backend: str) -> bool:
+    """Choose the path. ``auto``: Triton on CUDA when importable, else PyTorch (CPU needs no warning)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "torch":
+        return False
+    if backend == "triton":
+        if not triton_importable():
+            raise RuntimeError(f"{op}: backend='triton' requested but Triton is not importable")
+        if device.type != "cuda" and not triton_interpreting():
+            raise ValueError(f"{op}: backend='triton' on {device} needs TRITON_INTERPRET=1")
+        return True
+    if device.type != "cuda":
+        return False
+    if not triton_importable():
+        _warn_fallback(op, "Triton is not importable")
+        return False
+    return True
+
+
+def num_warps_for(elements: int) -> int:
+    if elements <= 2048:
+        return 4
+    if elements <= 8192:
+        return 8
+    return 16

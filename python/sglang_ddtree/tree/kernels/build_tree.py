@@ -1,0 +1,234 @@
+"""Fused DDTree builder: one program per request keeps each depth's frontier on chip.
+
+Serves the build-tree step. Phase 1: for depth 1..L-1, the top-``budget`` of (kept parents x top-K) by an
+int64 key (score code << 31 | reversed candidate index, see ``_ordkey.py``) by merging sorted runs; the sorted
+frontier stays in registers, its keys go to a workspace. Phase 2: the global top-``budget`` over all
+depths as a per-depth count (binary search on the score code; ties to lower depth, then lower slot).
+Phase 3: breadth-first lexicographic rows, depth by depth, from per-parent child counts.
+"""
+
+import triton
+import triton.language as tl
+
+_SIGN = tl.constexpr(2147483648)  # 2**31
+_IDX_MASK = tl.constexpr(2147483647)  # 2**31 - 1
+
+
+@triton.jit
+def _score_code(score):
+    """float32 (<= 0) -> int64 order-preserving code; -0 folded onto +0 (see _ordkey.score_ord)."""
+    bits = score.to(tl.int32, bitcast=True)
+    bits = tl.where(bits == -2147483648, 0, bits).to(tl.int64)
+    return tl.where(bits < 0, -1 - bits, bits + _SIGN)
+
+
+@triton.jit
+def _code_score(code):
+    """Inverse of _score_code for valid codes (> 0)."""
+    bits = tl.where(code >= _SIGN, code - _SIGN, -1 - code)
+    return bits.to(tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _xor(a, b):
+    return a ^ b
+
+
+@triton.jit
+def _bit(N_DIMS: tl.constexpr, P: tl.constexpr):
+    """0/1 tensor broadcastable to a [2] * N_DIMS hypercube: bit P (0 = innermost) of the flat index."""
+    return tl.reshape(tl.arange(0, 2), [1] * (N_DIMS - P - 1) + [2] + [1] * P)
+
+
+@triton.jit
+def _swap_with_partner(h, desc, P: tl.constexpr, N_DIMS: tl.constexpr):
+    """One bitonic compare-exchange across bit P; blocks where ``desc`` is 1 end up descending."""
+    partner = h ^ tl.reduce(h, N_DIMS - 1 - P, _xor, keep_dims=True)
+    take = (partner > h) ^ (_bit(N_DIMS, P) == 1) ^ (desc == 0)
+    return tl.where(take, partner, h)
+
+
+@triton.jit
+def _reverse(x, LOG_N: tl.constexpr):
+    """Reverse a 1-D int64 tensor of 2**LOG_N elements (flip every index bit)."""
+    if LOG_N > 0:
+        h = tl.reshape(x, [2] * LOG_N)
+        for p in tl.static_range(LOG_N):
+            h = h ^ tl.reduce(h, p, _xor, keep_dims=True)
+        x = tl.reshape(h, [2**LOG_N])
+    return x
+
+
+@triton.jit
+def _top_run_of_sorted_runs(x, LOG_RUN: tl.constexpr, LOG_RUNS: tl.constexpr):
+    """Top 2**LOG_RUN values, descending, of 2**LOG_RUNS contiguous sorted runs of a 1-D int64 tensor.
+
+    Run j must be ascending for even j and descending for odd j (a single run: descending). Each
+    round halves the runs: the elementwise max of runs 2j and 2j+1 holds their top half as a bitonic
+    run (half-cleaner), which LOG_RUN compare-exchange stages sort, alternating direction.
+    """
+    if LOG_RUN == 0:
+        x = tl.zeros([1], dtype=tl.int64) + tl.max(x, axis=0)
+    elif LOG_RUNS > 0:
+        h = tl.reshape(x, [2] * (LOG_RUN + LOG_RUNS))
+        for r in tl.static_range(LOG_RUNS):
+            h = tl.max(h, axis=LOG_RUNS - 1 - r)  # the dim of index bit LOG_RUN
+            if r == LOG_RUNS - 1:
+                desc = tl.full([], 1, tl.int32)
+            else:  # run parity: even runs ascending, odd descending
+                desc = _bit(LOG_RUN + LOG_RUNS - r - 1, LOG_RUN)
+            for q in tl.static_range(LOG_RUN):
+                h = _swap_with_partner(h, desc, LOG_RUN - 1 - q, LOG_RUN + LOG_RUNS - r - 1)
+        x = tl.reshape(h, [2**LOG_RUN])
+    return x
+
+
+@triton.jit(do_not_specialize=["budget", "depth_limit", "k_eff", "num_rows"])
+def ddtree_build_kernel(
+    lp_ptr,  # [bs, L-1, K] float32, top-K log-probs per position
+    tok_ptr,  # [bs, L-1, K] int64, their token ids
+    root_ptr,  # [bs] int64, root tokens (read only if HAS_ROOT)
+    out_tok_ptr,  # [bs, N] int64
+    out_par_ptr,  # [bs, N] int64
+    out_dep_ptr,  # [bs, N] int64
+    out_score_ptr,  # [bs, N] float32
+    out_valid_ptr,  # [bs, N] bool
+    out_num_ptr,  # [bs] int32
+    key_ws_ptr,  # [bs, L-1, BLOCK_B] int64 workspace: sorted frontier keys per depth (0 = empty)
+    lay_ws_ptr,  # [bs, L, BLOCK_B] int64 workspace: row of each frontier slot, per depth (0 = root)
+    cnt_ws_ptr,  # [bs, BLOCK_B] int64 workspace: per-parent child counts in row order
+    budget,
+    depth_limit,  # L - 1
+    k_eff,  # min(K, budget)
+    num_rows,  # N = budget + 1
+    stride_lp_b,
+    stride_lp_d,
+    stride_tok_b,
+    stride_tok_d,
+    HAS_ROOT: tl.constexpr,
+    BLOCK_B: tl.constexpr,  # next_pow2(budget)
+    BLOCK_K: tl.constexpr,  # next_pow2(k_eff)
+    BLOCK_D: tl.constexpr,  # next_pow2(L-1)
+    BLOCK_P: tl.constexpr,  # rows per pad-fill chunk
+    LOG_B: tl.constexpr,  # log2(BLOCK_B)
+    LOG_K: tl.constexpr,  # log2(BLOCK_K)
+):
+    b = tl.program_id(0).to(tl.int64)
+    slots = tl.arange(0, BLOCK_B)
+    ks = tl.arange(0, BLOCK_K)
+    ds = tl.arange(0, BLOCK_D)
+    key_ws = key_ws_ptr + b * depth_limit * BLOCK_B
+    lay_ws = lay_ws_ptr + b * (depth_limit + 1) * BLOCK_B
+    cnt_ws = cnt_ws_ptr + b * BLOCK_B
+
+    # ---- phase 1: per-depth sorted top-budget frontier --------------------------------------------
+    # Candidate tile [BLOCK_K, BLOCK_B]: row k = rank-k child of every frontier slot. Rows are sorted
+    # runs already (the frontier is sorted), laid out ascending/descending alternately for the merge.
+    ks_col = ks[:, None]
+    cols = slots[None, :]
+    if LOG_K > 0:
+        flip_row = (ks_col % 2) == 0
+    else:
+        flip_row = ks_col < 0
+    pslot_tile = tl.where(flip_row, BLOCK_B - 1 - cols, cols)
+    cand_idx = (pslot_tile * BLOCK_K + ks_col).to(tl.int64)
+    f_key = tl.where(slots < 1, 4611686018427387904, 0).to(tl.int64)  # root: code 2**31 (score +0)
+    for d in range(depth_limit):
+        lp = tl.load(lp_ptr + b * stride_lp_b + d * stride_lp_d + ks, mask=ks < k_eff, other=0.0)
+        lp = tl.minimum(lp, 0.0)
+        f_key_rev = _reverse(f_key, LOG_B)
+        code_f, code_r = f_key >> 31, f_key_rev >> 31
+        s_f = tl.where(code_f > 0, _code_score(code_f), float("-inf"))
+        s_r = tl.where(code_r > 0, _code_score(code_r), float("-inf"))
+        parent_ok = tl.where(flip_row, (code_r > 0)[None, :], (code_f > 0)[None, :])
+        cand = tl.where(flip_row, s_r[None, :], s_f[None, :]) + lp[:, None]  # [BLOCK_K, BLOCK_B]
+        ok = parent_ok & (ks < k_eff)[:, None]
+        code = tl.where(ok, _score_code(cand), 0)
+        key = (code << 31) | (_IDX_MASK - cand_idx)
+        top = _top_run_of_sorted_runs(tl.reshape(key, [BLOCK_B * BLOCK_K]), LOG_B, LOG_K)
+        f_key = tl.where(((top >> 31) > 0) & (slots < budget), top, 0)  # [BLOCK_B] descending
+        tl.store(key_ws + d * BLOCK_B + slots, f_key)
+    tl.debug_barrier()
+
+    # ---- phase 2: how many leading slots of each depth are in the global top-budget ---------------
+    gkeys = tl.load(
+        key_ws + ds[:, None] * BLOCK_B + slots[None, :], mask=(ds < depth_limit)[:, None], other=0
+    )  # [BLOCK_D, BLOCK_B] int64
+    gcode = gkeys >> 31
+    lo = tl.full([], 1, tl.int64)
+    hi = tl.full([], 4294967296, tl.int64)  # 2**32 > every code
+    for _ in range(32):
+        mid = (lo + hi) // 2
+        cnt = tl.sum(tl.sum((gcode >= mid).to(tl.int32), axis=1), axis=0)
+        take_upper = cnt >= budget
+        lo = tl.where(take_upper, mid, lo)
+        hi = tl.where(take_upper, hi, mid)
+    gt = tl.sum((gcode > lo).to(tl.int32), axis=1)  # [BLOCK_D]
+    eq = tl.sum((gcode == lo).to(tl.int32), axis=1)
+    nvalid = tl.sum((gcode > 0).to(tl.int32), axis=1)
+    rest = budget - tl.sum(gt, axis=0)  # > 0: ties at `lo` fill it, lower depth first
+    take = tl.minimum(tl.maximum(rest - (tl.cumsum(eq, axis=0) - eq), 0), eq)
+    n_sel = tl.minimum(gt + take, nvalid)  # [BLOCK_D] int32
+
+    # ---- phase 3: breadth-first lexicographic rows -------------------------------------------------
+    out_tok = out_tok_ptr + b * num_rows
+    out_par = out_par_ptr + b * num_rows
+    out_dep = out_dep_ptr + b * num_rows
+    out_score = out_score_ptr + b * num_rows
+    out_valid = out_valid_ptr + b * num_rows
+    if HAS_ROOT:
+        root_tok = tl.load(root_ptr + b)
+    else:
+        root_tok = tl.zeros([], dtype=tl.int64)
+    tl.store(out_tok, root_tok)
+    tl.store(out_par, -1)
+    tl.store(out_dep, 0)
+    tl.store(out_score, 0.0)
+    tl.store(out_valid, True)
+    tl.store(lay_ws + slots, tl.zeros([BLOCK_B], dtype=tl.int64), mask=slots < 1)
+    base_prev = tl.zeros([], dtype=tl.int64)
+    n_prev = tl.full([], 1, tl.int64)
+    base = tl.full([], 1, tl.int64)
+    for d in range(depth_limit):
+        tl.debug_barrier()
+        n_cur = tl.sum(tl.where(ds == d, n_sel, 0), axis=0).to(tl.int64)
+        keys = tl.load(key_ws + d * BLOCK_B + slots)
+        sel = slots < n_cur
+        c = _IDX_MASK - (keys & _IDX_MASK)
+        pslot = c // BLOCK_K
+        rank = c % BLOCK_K
+        # Selected children of each rank form a prefix of parent slots: m[k] of them.
+        m = tl.sum(((rank[:, None] == ks[None, :]) & sel[:, None]).to(tl.int64), axis=0)  # [BLOCK_K]
+        nchild = tl.sum((slots[:, None] < m[None, :]).to(tl.int64), axis=1)  # per parent slot
+        prev_ok = slots < n_prev
+        pos_prev = tl.load(lay_ws + d * BLOCK_B + slots, mask=prev_ok, other=0) - base_prev
+        tl.store(cnt_ws + pos_prev, nchild, mask=prev_ok)
+        tl.debug_barrier()
+        cnt = tl.load(cnt_ws + slots, mask=prev_ok, other=0)
+        first = tl.cumsum(cnt, axis=0) - cnt  # first child's offset of each parent, in row order
+        tl.debug_barrier()
+        tl.store(cnt_ws + slots, first, mask=prev_ok)
+        tl.debug_barrier()
+        ppos = tl.load(lay_ws + d * BLOCK_B + pslot, mask=sel, other=0) - base_prev
+        row = base + tl.load(cnt_ws + ppos, mask=sel, other=0) + rank
+        tl.store(lay_ws + (d + 1) * BLOCK_B + slots, row, mask=sel)
+        tok = tl.load(tok_ptr + b * stride_tok_b + d * stride_tok_d + rank, mask=sel, other=0)
+        tl.store(out_tok + row, tok, mask=sel)
+        tl.store(out_par + row, ppos + base_prev, mask=sel)
+        tl.store(out_dep + row, tl.zeros([BLOCK_B], dtype=tl.int64) + (d + 1), mask=sel)
+        tl.store(out_score + row, _code_score(keys >> 31), mask=sel)
+        tl.store(out_valid + row, sel, mask=sel)
+        base_prev = base
+        base = base + n_cur
+        n_prev = n_cur
+
+    # ---- pads: rows >= 1 + #nodes ------------------------------------------------------------------
+    for r0 in range(0, num_rows, BLOCK_P):
+        rows = r0 + tl.arange(0, BLOCK_P)
+        pad = (rows >= base) & (rows < num_rows)
+        tl.store(out_tok + rows, tl.zeros([BLOCK_P], dtype=tl.int64), mask=pad)
+        tl.store(out_par + rows, tl.full([BLOCK_P], -1, tl.int64), mask=pad)
+        tl.store(out_dep + rows, tl.zeros([BLOCK_P], dtype=tl.int64), mask=pad)
+        tl.store(out_score + rows, tl.full([BLOCK_P], float("-inf"), tl.float32), mask=pad)
+        tl.store(out_valid + rows, rows < 0, mask=pad)
+    tl.store(out_num_ptr + b, base.to(tl.int32))
