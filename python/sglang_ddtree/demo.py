@@ -89,10 +89,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import torch
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: intra-op threads only add contention on small CPUs
+    try:
+        with torch.no_grad():
+            return _run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args) -> int:
     from sglang_ddtree.reference.loop import ddtree_generate, dflash_generate, greedy_generate
 
-    torch.set_grad_enabled(False)
-    torch.set_num_threads(1)  # tiny models: intra-op threads only add contention on small CPUs
     t0 = time.time()
     target, drafter, what, tokenizer = load_models(args)
     dc = drafter.config
