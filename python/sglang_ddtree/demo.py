@@ -30,12 +30,18 @@ def _find_pair(path: str) -> Tuple[str, str]:
     return found["Qwen3ForCausalLM"], found["DFlashDraftModel"]
 
 
-def _trained_pair_path() -> Optional[str]:
+def _trained_pair() -> Optional[Tuple[str, str]]:
+    """(target dir, draft dir) of the packaged trained tiny pair, or None where it is not installed."""
     try:
         from sglang_ddtree.fixtures import tiny_pair_path
     except ImportError:
         return None
-    return tiny_pair_path()
+    try:
+        pair = tiny_pair_path()
+    except FileNotFoundError:
+        print("(the trained tiny pair is not installed: using a random pair)")
+        return None
+    return _find_pair(pair) if isinstance(pair, (str, os.PathLike)) else (pair[0], pair[1])
 
 
 def load_models(args):
@@ -44,15 +50,15 @@ def load_models(args):
     from sglang_ddtree.reference.qwen3 import Qwen3ForCausalLM
     from sglang_ddtree.reference.toy import random_drafter, random_target
 
-    path = None if args.random else _trained_pair_path()
-    if path:
-        tdir, ddir = _find_pair(path)
+    pair = _find_pair(args.pair_dir) if args.pair_dir else None if args.random else _trained_pair()
+    if pair:
+        tdir, ddir = pair
         target, drafter = Qwen3ForCausalLM.from_pretrained(tdir), DFlashDraftModel.from_pretrained(ddir)
         tokenizer = None
         if os.path.exists(os.path.join(tdir, "tokenizer.json")):
             from tokenizers import Tokenizer
             tokenizer = Tokenizer.from_file(os.path.join(tdir, "tokenizer.json"))
-        return target, drafter, f"trained tiny pair at {path}", tokenizer
+        return target, drafter, f"trained tiny pair ({tdir}, {ddir})", tokenizer
     target = random_target(args.seed)
     drafter = random_drafter(target, args.seed, block_size=args.block_size)
     return target, drafter, f"seeded random 'sharp' pair (seed {args.seed}, see sglang_ddtree.reference.toy)", None
@@ -62,8 +68,8 @@ def make_prompts(vocab_size: int, mask_token_id: int, n: int, seed: int, tokeniz
     import torch
 
     if tokenizer is not None:
-        texts = ["the quick brown fox", "speculative decoding drafts a tree", "one two three",
-                 "def class return import", "alpha beta gamma delta"]
+        texts = ["def __init__(self, ", "import os\nimport sys\n", "for i in range(len(",
+                 "class Error(Exception):\n", "        return self."]  # the trained pair saw Python
         return [tokenizer.encode(t).ids for t in texts[:n]]
     g = torch.Generator().manual_seed(seed)
     prompts = []
@@ -76,13 +82,14 @@ def make_prompts(vocab_size: int, mask_token_id: int, n: int, seed: int, tokeniz
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sglang_ddtree demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", type=int, default=16, help="draft tree nodes per round (default 16)")
+    ap.add_argument("--budget", type=int, default=32, help="draft tree nodes per round (default 32)")
     ap.add_argument("--topk", type=int, default=4, help="candidate tokens per depth (default 4)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--num-prompts", type=int, default=4)
     ap.add_argument("--block-size", type=int, default=8, help="drafter block size L (random pair only)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--random", action="store_true", help="use the random pair even if a trained one exists")
+    ap.add_argument("--pair-dir", help="a directory holding a Qwen3ForCausalLM + DFlashDraftModel pair to use")
     args = ap.parse_args(argv)
     if args.budget < 1 or args.topk < 1 or args.max_new_tokens < 1:
         ap.error("--budget, --topk and --max-new-tokens must be >= 1")
