@@ -59,8 +59,10 @@ def propose_chain(draft_logits: torch.Tensor, root_token: int) -> Tree:
     """DFLASH: the argmax at every depth, as a chain (row d = depth d)."""
     n = draft_logits.shape[0] + 1
     rows = torch.arange(n)[None]
-    tokens = torch.cat([torch.tensor([root_token]), draft_logits.argmax(-1)])[None]
-    return Tree(token_ids=tokens, parents=rows - 1, depths=rows.clone(), scores=torch.zeros(1, n),
+    best = draft_logits.float().log_softmax(-1).max(-1)
+    tokens = torch.cat([torch.tensor([root_token]), best.indices])[None]
+    scores = torch.cat([torch.zeros(1), best.values.cumsum(0)])[None]
+    return Tree(token_ids=tokens, parents=rows - 1, depths=rows.clone(), scores=scores,
                 valid=torch.ones(1, n, dtype=torch.bool), num_nodes=torch.tensor([n], dtype=torch.int32),
                 max_depth=n - 1)
 
@@ -79,6 +81,9 @@ def speculative_generate(target: Qwen3ForCausalLM, drafter: DFlashDraftModel, pr
                          max_new_tokens: int, propose: Callable[[torch.Tensor, int], Tree],
                          temperature: float = 0.0, generator: Optional[torch.Generator] = None,
                          eos_token_id: Optional[int] = None) -> Generation:
+    """Decode ``prompt_ids`` with draft/verify rounds; ``propose(draft_logits [L-1, V], bonus)`` makes
+    each round's tree. Output tokens are exactly the target's greedy tokens at temperature 0 (exact
+    target samples at T > 0), cut at ``max_new_tokens`` or after ``eos_token_id``."""
     layer_ids = drafter.config.target_layer_ids
     cache, context = KVCache(target.config.num_hidden_layers), KVCache(drafter.config.num_hidden_layers)
     # Prefill: target KV and drafter context of the prompt; the first bonus token.
