@@ -20,7 +20,8 @@ import time
 import traceback
 
 COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
-              sampling_backend="pytorch", cuda_graph_max_bs_decode=16, log_level="warning")
+              sampling_backend="pytorch", cuda_graph_max_bs_decode=16, log_level="info",
+              decode_log_interval=20)
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -43,6 +44,11 @@ CONFIGS = {
     "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
     "dd_flashinfer_b1": ddtree(1, 1, backend="flashinfer"),
 }
+# float32 variants: on random-weight models attention (hence the tree mask and the moved KV) visibly
+# changes the logits, and float32 keeps near-ties out of the comparison.
+for _name in list(CONFIGS):
+    if "triton" in _name:
+        CONFIGS[_name.replace("triton", "triton_fp32")] = dict(CONFIGS[_name], dtype="float32")
 
 
 def make_prompts(tokenizer, n=16):
@@ -66,7 +72,7 @@ def run_config(name, target, draft, prompts, max_new_tokens):
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):
         kw["speculative_draft_model_path"] = draft
     t0 = time.time()
-    engine = sglang.Engine(model_path=target, **COMMON, **kw)
+    engine = sglang.Engine(model_path=target, **{**COMMON, **kw})
     start_s = time.time() - t0
     params = dict(temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True)
     out = {"outputs": {}, "accept": {}}
@@ -125,7 +131,7 @@ def main():
         if time.time() - t_start > args.deadline_s:
             print(f"[parity] deadline reached, skipping {name}", flush=True)
             continue
-        backend = CONFIGS[name].get("attention_backend", "triton")
+        backend = (CONFIGS[name].get("attention_backend", "triton"), CONFIGS[name].get("dtype", "bfloat16"))
         print(f"[parity] === {name} ({time.time() - t_start:.0f}s)", flush=True)
         rec = dict(config=name, kwargs={k: v for k, v in CONFIGS[name].items()})
         try:
