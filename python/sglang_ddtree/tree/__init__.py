@@ -1,0 +1,60 @@
+"""DDTree core: build the draft tree, derive its verify topology, accept greedily - on the GPU, no host syncs.
+
+Round: draft -> BUILD TREE (:func:`build_tree`) -> VERIFY (:func:`build_verify_topology` feeds SGLang's
+tree verify) -> ACCEPT (:func:`accept_greedy`) -> commit. Paper: Ringel & Romano, "Accelerating
+Speculative Decoding with Block Diffusion Draft Trees", arXiv 2604.12989 (Algorithm 1 is
+:func:`sglang_ddtree.tree.reference.build_tree_reference`).
+
+Vocabulary
+- **root**: row 0 of a request's tree, the last token already decided (the previous round's bonus
+  token); its KV is computed in this verify pass at position ``seq_lens[b]``.
+- **node**: one drafted token at **depth** d >= 1 (1 = the position right after the root), one of the
+  **top-K** tokens the drafter proposes for that position; its **parent** is the node (or root) before it.
+- **score**: float32 sum of the draft log-probs on the root path (added root to leaf); never increases
+  along a path, so the best prefixes always form a tree.
+- **budget** B: the number of nodes; the tree is the B highest-scoring prefixes of depth <= L-1, and
+  every request has ``N = B + 1`` rows (root + B). Fewer real prefixes (e.g. K = 1, B > L-1) -> pads.
+- **ancestor mask**: row i may attend column j iff j is i or an ancestor of i (plus the whole prefix).
+- **accept length**: how many nodes, walking from the root, match the target's choice at their parent;
+  the **bonus token** is the target's choice at the last accepted node (root if none), so a round
+  yields accept length + 1 new tokens.
+
+Row order (what SGLang's ``reconstruct_indices_from_tree_mask``, ``verify_tree_greedy`` and the hybrid
+conv kernels need): breadth-first lexicographic - rows sorted by depth, then by the parent's row, then by
+the token's rank k among the top-K. So every parent row < child row, siblings are contiguous rows in
+ascending rank with the first child lowest, and the order depends only on the node set.
+
+Ties: among equal scores a lower depth wins, then higher ancestor scores (compared leaf to root), then
+the lexicographically smaller rank path. This total order puts every node after its parent and after
+its lower-rank siblings, so the heap and the batched per-depth formulation pick the same node set.
+
+Pads (rows ``num_nodes .. N-1``): token 0, parent -1, depth 0, score -inf, valid False. They are
+unreachable (no retrieve link points at them), see the prefix and themselves, sit at position
+``seq_lens[b]`` and are never accepted.
+
+Sampling at T > 0 (target-only tree sampling: upstream ``tree_speculative_sampling_target_only`` with
+zero draft probs and both thresholds 1): at the current node, with the target's distribution p there,
+one uniform u is drawn and the children are tried in row order; child i is accepted iff
+p(x_1) + ... + p(x_{i-1}) < u <= p(x_1) + ... + p(x_i), i.e. with probability exactly p(x_i). If no
+child is accepted, the bonus token is drawn from p with the children's tokens removed (upstream's
+residual relu(p - q) after writing each rejected p(x_i) into q), renormalised: a non-child y comes out
+with probability (1 - sum_i p(x_i)) * p(y) / (1 - sum_i p(x_i)) = p(y). So every step emits one exact
+draw from the target's conditional, whatever the tree holds; the draft only decides how many steps
+one verify pass covers (sibling tokens must be distinct, which top-K guarantees). Thresholds below 1
+make it lossy.
+"""
+
+from sglang_ddtree.tree.accept import accept_greedy
+from sglang_ddtree.tree.build import build_tree
+from sglang_ddtree.tree.metadata import AcceptResult, Tree, VerifyTopology
+from sglang_ddtree.tree.topology import build_verify_topology, full_mask_numel
+
+__all__ = [
+    "AcceptResult",
+    "Tree",
+    "VerifyTopology",
+    "accept_greedy",
+    "build_tree",
+    "build_verify_topology",
+    "full_mask_numel",
+]

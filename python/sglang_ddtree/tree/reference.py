@@ -22,8 +22,11 @@ _NEG_INF = float("-inf")
 
 
 def _f32(x: float) -> float:
-    """Round a double to float32 (the sum of two float32 values rounds exactly like a float32 add)."""
-    return struct.unpack("f", struct.pack("f", x))[0]
+    """Round a double to float32 (the sum of two float32 values rounds exactly like a float32 add).
+
+    ``+ 0.0`` folds -0.0 onto +0.0, as the batched paths do.
+    """
+    return struct.unpack("f", struct.pack("f", x))[0] + 0.0
 
 
 def _tree_from_rows(rows, root_token_id, budget, max_depth, top_token_ids) -> Tree:

@@ -1,0 +1,114 @@
+"""``build_verify_topology``: what SGLang's tree verify needs from a built tree, without host syncs.
+
+Serves the verify step (draft -> build tree -> VERIFY -> accept -> commit): the FULL_MASK custom mask
+in SGLang's flattened layout, positions, and the ``retrieve_index / retrieve_next_token /
+retrieve_next_sibling`` links exactly as ``sgl_kernel.reconstruct_indices_from_tree_mask`` derives them
+from the mask. Triton on CUDA (``kernels/topology.py``), ``reference.build_verify_topology_torch`` elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from sglang_ddtree.tree._common import check, next_pow2, use_triton
+from sglang_ddtree.tree.metadata import Tree, VerifyTopology
+from sglang_ddtree.tree.reference import build_verify_topology_torch
+
+
+def full_mask_numel(seq_lens_sum: int, bs: int, num_rows: int) -> int:
+    """Elements (bytes) of the FULL_MASK custom mask: sum_b N * (seq_lens[b] + N)."""
+    return seq_lens_sum * num_rows + bs * num_rows * num_rows
+
+
+def build_verify_topology(
+    tree: Tree,
+    seq_lens: torch.Tensor,
+    seq_lens_sum: Optional[int] = None,
+    *,
+    with_tree_mask: bool = True,
+    custom_mask_out: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+) -> VerifyTopology:
+    """Verify inputs for a tree: masks, positions and retrieve links.
+
+    Shape: seq_lens [bs] int32/int64 (tokens already in the KV cache; the root sits at position
+    seq_lens[b]); seq_lens_sum a host int equal to seq_lens.sum() (the caller's batch already knows it)
+    or None to skip the FULL_MASK. ``custom_mask_out``: optional preallocated 1-D bool buffer with at least
+    :func:`full_mask_numel` elements (e.g. a CUDA-graph buffer); only its head is written.
+    Memory: the FULL_MASK costs N * (prefix + N) bytes per request (N = 513, prefix 4096: 2.4 MB);
+    the compact tree mask N * N bytes per request. Returns :class:`VerifyTopology` (pads: positions
+    seq_lens[b], no links, mask rows that see the prefix and themselves). No host sync.
+    """
+    dev = tree.parents.device
+    bs, n = tree.parents.shape
+    if seq_lens.dim() != 1 or seq_lens.shape[0] != bs or seq_lens.device != dev:
+        raise ValueError(f"seq_lens must be [bs={bs}] on {dev}, got {tuple(seq_lens.shape)} on {seq_lens.device}")
+    if seq_lens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"seq_lens must be int32 or int64, got {seq_lens.dtype}")
+    if custom_mask_out is not None and seq_lens_sum is None:
+        raise ValueError("custom_mask_out needs seq_lens_sum")
+    numel = None if seq_lens_sum is None else full_mask_numel(int(seq_lens_sum), bs, n)
+    if custom_mask_out is not None:
+        check(custom_mask_out, "custom_mask_out", torch.bool, 1, dev)
+        if custom_mask_out.numel() < numel:
+            raise ValueError(f"custom_mask_out has {custom_mask_out.numel()} elements, needs {numel}")
+    if not use_triton("build_verify_topology", dev, backend):
+        topo = build_verify_topology_torch(tree, seq_lens, seq_lens_sum, with_tree_mask)
+        if custom_mask_out is not None:
+            custom_mask_out[:numel].copy_(topo.custom_mask)
+            topo.custom_mask = custom_mask_out[:numel]
+        return topo
+    return _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out)
+
+
+def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> VerifyTopology:
+    from sglang_ddtree.tree.kernels.topology import ddtree_topology_kernel
+
+    dev = tree.parents.device
+    bs, n = tree.parents.shape
+    topo = VerifyTopology(
+        positions=torch.empty(bs * n, dtype=torch.int64, device=dev),
+        retrieve_index=torch.empty(bs, n, dtype=torch.int64, device=dev),
+        retrieve_next_token=torch.empty(bs, n, dtype=torch.int64, device=dev),
+        retrieve_next_sibling=torch.empty(bs, n, dtype=torch.int64, device=dev),
+        tree_mask=torch.empty(bs, n, n, dtype=torch.bool, device=dev) if with_tree_mask else None,
+        custom_mask=None,
+    )
+    if numel is not None:
+        topo.custom_mask = (
+            custom_mask_out[:numel]
+            if custom_mask_out is not None
+            else torch.empty(numel, dtype=torch.bool, device=dev)
+        )
+    if bs == 0:
+        return topo
+    block_r = 16
+    ddtree_topology_kernel[(bs, triton_cdiv(n, block_r))](
+        tree.parents,
+        tree.depths,
+        tree.valid,
+        seq_lens,
+        topo.positions,
+        topo.retrieve_index,
+        topo.retrieve_next_token,
+        topo.retrieve_next_sibling,
+        topo.tree_mask if with_tree_mask else topo.retrieve_index,
+        topo.custom_mask if numel is not None else topo.retrieve_index,
+        n,
+        tree.max_depth,
+        WRITE_TREE_MASK=with_tree_mask,
+        WRITE_FULL_MASK=numel is not None,
+        BLOCK_R=block_r,
+        BLOCK_C=32,
+        BLOCK_PC=256,
+        BLOCK_L=next_pow2(tree.max_depth + 1),
+        BLOCK_S=256,
+        num_warps=4,
+    )
+    return topo
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
