@@ -6,9 +6,10 @@ decodes the same prompts at batch sizes 1, 4 and 16 (requests submitted together
 compared with the plain (no speculation) engine of the same attention backend, per prompt. Results go
 to ``--out/results.jsonl`` (one line per configuration: pass counts, mismatches, mean accept length).
 
-    python3 scripts/device/ddtree_parity.py --target T --draft D --out DIR \
-        --configs plain_triton,dd_triton_b15 [--deadline-s 400]
-Needs the sharp tiny models of make_tiny_models.py (bf16 near-ties make random models unfit).
+    python3 scripts/device/ddtree_parity.py --models-root DIR --out DIR \
+        --configs sharp:plain_triton,sharp:dd_triton_b15,bias:plain_triton_fp32 [--deadline-s 400]
+Model variants are make_tiny_models.py's: "sharp" (bf16-safe margins; attention barely matters) and
+"bias" (random layers: attention matters; run it in float32 so near-ties stay out).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def make_prompts(tokenizer, n=16):
     return prompts
 
 
+MODEL_DIRS = {"sharp": ("target_sharp", "draft_sharp"), "bias": ("target", "draft_bias")}
+
+
 def run_config(name, target, draft, prompts, max_new_tokens):
     import sglang
 
@@ -112,44 +116,45 @@ def compare(ref, got):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
+    ap.add_argument("--models-root", required=True, help="holds <variant>/ from make_tiny_models.py")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--configs", required=True)
+    ap.add_argument("--configs", required=True, help="comma-separated variant:config")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--deadline-s", type=float, default=1e9, help="start no new engine after this")
     args = ap.parse_args()
     t_start = time.time()
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    prompts = make_prompts(tokenizer)
-    refs = {}
+    refs, prompts = {}, {}
     os.makedirs(args.out, exist_ok=True)
     results_path = os.path.join(args.out, "results.jsonl")
-    for name in args.configs.split(","):
+    for spec in args.configs.split(","):
+        variant, name = spec.split(":")
         if time.time() - t_start > args.deadline_s:
-            print(f"[parity] deadline reached, skipping {name}", flush=True)
+            print(f"[parity] deadline reached, skipping {spec}", flush=True)
             continue
-        backend = (CONFIGS[name].get("attention_backend", "triton"), CONFIGS[name].get("dtype", "bfloat16"))
-        print(f"[parity] === {name} ({time.time() - t_start:.0f}s)", flush=True)
-        rec = dict(config=name, kwargs={k: v for k, v in CONFIGS[name].items()})
+        target, draft = (os.path.join(args.models_root, variant, d) for d in MODEL_DIRS[variant])
+        if variant not in prompts:
+            prompts[variant] = make_prompts(AutoTokenizer.from_pretrained(target))
+        key = (variant, CONFIGS[name].get("attention_backend", "triton"), CONFIGS[name].get("dtype", "bfloat16"))
+        print(f"[parity] === {spec} ({time.time() - t_start:.0f}s)", flush=True)
+        rec = dict(config=spec, kwargs={k: v for k, v in CONFIGS[name].items()})
         try:
-            got = run_config(name, args.target, args.draft, prompts, args.max_new_tokens)
+            got = run_config(name, target, draft, prompts[variant], args.max_new_tokens)
             rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))
             if name.startswith("plain_"):
-                refs[backend] = got
+                refs[key] = got
                 rec["batch_invariant"] = got["outputs"][1] == got["outputs"][16][:4] and got["outputs"][4] == got["outputs"][16]
             else:
-                ref = refs.get(backend) or next(iter(refs.values()), None)
-                rec["parity"] = compare(ref, got) if ref is not None else "no reference"
+                ref = refs.get(key)
+                rec["parity"] = compare(ref, got) if ref is not None else f"no reference for {key}"
                 accs = [a for v in got["accept"].values() for a in v if a is not None]
                 rec["mean_accept_length"] = round(sum(accs) / len(accs), 3) if accs else None
-                rec["accept_by_bs"] = {bs: [round(a, 2) if a else a for a in v] for bs, v in got["accept"].items()}
+                rec["accept_bs1"] = [round(a, 2) if a else a for a in got["accept"][1]]
         except Exception as e:  # record and go on with the next configuration
             rec["error"] = f"{type(e).__name__}: {e}"
             rec["traceback"] = traceback.format_exc()[-4000:]
-        print("[parity] " + json.dumps({k: v for k, v in rec.items() if k != "traceback"}), flush=True)
+        print("[parity] " + json.dumps({k: v for k, v in rec.items() if k not in ("traceback", "kwargs")}), flush=True)
         with open(results_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
 

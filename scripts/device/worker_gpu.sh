@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device driver for the DDTREE worker's GPU checks; run from the repo root through the `run` tool with
 # carry [".device"] (.device/make_tiny_models.py = ../shared/device/make_tiny_models.py).
-#   [TREE_IMPL=stopgap] [VARIANT=sharp|bias] bash scripts/device/worker_gpu.sh "<config,...>" [deadline_s] [block_size]
+#   [TREE_IMPL=stopgap] bash scripts/device/worker_gpu.sh "<variant:config,...>" [deadline_s] [block_size]
 # Writes $OUT/results.jsonl, $OUT/run.log (full log), $OUT/jitcache.tar.xz.
 set -uo pipefail
 source .device/env.sh
@@ -15,16 +15,17 @@ printf 'Metadata-Version: 2.1\nName: sglang-ddtree\nVersion: 0.0.0.dev0\n' > "$E
 printf '[sglang.srt.plugins]\nddtree = sglang_ddtree.plugin:register\n' > "$EP/entry_points.txt"
 export PYTHONPATH=/tmp/ddt_ep:$PYTHONPATH
 export SGLANG_DDTREE_TREE_IMPL=${TREE_IMPL:-auto}
-VARIANT=${VARIANT:-sharp}
 BLOCK=${3:-8}
-MODELS=/tmp/tiny_models/${VARIANT}_b$BLOCK
-if [ "$VARIANT" = sharp ]; then T=target_sharp; D=draft_sharp; else T=target; D=draft_bias; fi
-if [ ! -d "$MODELS/$T" ]; then
-  python3 .device/make_tiny_models.py --variant "$VARIANT" --out "$MODELS" --block-size "$BLOCK" \
-    > "$OUT/make_models_$VARIANT.log" 2>&1 || { tail -20 "$OUT/make_models_$VARIANT.log"; exit 1; }
-fi
-python3 scripts/device/ddtree_parity.py --target "$MODELS/$T" --draft "$MODELS/$D" \
-  --out "$OUT" --configs "$1" --deadline-s "${2:-400}" > "$OUT/run.log" 2>&1
+ROOT=/tmp/tiny_models/b$BLOCK
+for VARIANT in $(echo "$1" | tr ',' '\n' | cut -d: -f1 | sort -u); do
+  [ -d "$ROOT/$VARIANT" ] && continue
+  python3 .device/make_tiny_models.py --variant "$VARIANT" --out "$ROOT/$VARIANT" --block-size "$BLOCK" \
+    > "$OUT/make_models_$VARIANT.log" 2>&1 &
+done
+wait
+tail -qn 2 "$OUT"/make_models_*.log 2>/dev/null
+python3 scripts/device/ddtree_parity.py --models-root "$ROOT" --out "$OUT" --configs "$1" \
+  --deadline-s "${2:-400}" > "$OUT/run.log" 2>&1
 echo "parity exit $?"
 grep -E "^\[parity\]" "$OUT/run.log" | cut -c1-1200
 grep -E "Decode batch" "$OUT/run.log" | awk 'NR % 6 == 1' | cut -c1-300 | head -24
