@@ -154,6 +154,25 @@ def stdlib_files(max_bytes: int):
     return root, out
 
 
+def is_heldout(rel_path: str, val_permille: int) -> bool:
+    """The validation split: a stable hash of the file's path inside the standard library."""
+    return int(hashlib.sha1(rel_path.encode()).hexdigest(), 16) % 1000 < val_permille
+
+
+def heldout_tokens(tokenizer_json: str, val_permille: int = 25, max_bytes: int = 64_000_000) -> torch.Tensor:
+    """Token ids [n] int64 of the running interpreter's held-out stdlib files, <|endoftext|>-separated
+    (the prompts of the accept-length measurement; tests rebuild them from the packaged tokenizer)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_json)
+    eos = tok.token_to_id(EOS)
+    ids = []
+    for enc in tok.encode_batch([t for rel, t in stdlib_files(max_bytes)[1] if is_heldout(rel, val_permille)],
+                                add_special_tokens=False):
+        ids += enc.ids + [eos]
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def build_corpus(args, work: str, log: Log) -> dict:
     meta_path = os.path.join(work, "corpus.json")
     if os.path.exists(meta_path):
@@ -165,8 +184,7 @@ def build_corpus(args, work: str, log: Log) -> dict:
                            f"({sum(len(t) for _, t in files)} chars < --corpus-min-bytes {args.corpus_min_bytes})")
     split = {"train": [], "val": []}
     for rel, text in files:
-        h = int(hashlib.sha1(rel.encode()).hexdigest(), 16)
-        split["val" if h % 1000 < args.val_permille else "train"].append(text)
+        split["val" if is_heldout(rel, args.val_permille) else "train"].append(text)
     for name, texts in split.items():
         with open(os.path.join(work, f"corpus_{name}.txt"), "w", encoding="utf-8") as f:
             f.write(EOS.join(texts))
@@ -675,8 +693,8 @@ def parse_args(argv=None):
     a.add_argument("--eval-workers", type=int, default=0, help="processes for the evaluation (0 = one per core, <= 16)")
     if ap.parse_known_args(argv)[0].quick:  # smaller defaults; explicit flags still win
         ap.set_defaults(
-            corpus_max_bytes=600_000, corpus_min_bytes=100_000, val_permille=100, vocab=512, seq_len=128,
-            batch=8, target_max_steps=30, target_max_seconds=30.0, val_windows=8, warmup=5, eval_every=10,
+            corpus_max_bytes=600_000, corpus_min_bytes=100_000, val_permille=100, vocab=512, seq_len=64,
+            batch=8, target_max_steps=20, target_max_seconds=30.0, val_windows=8, warmup=5, eval_every=10,
             log_every=10, ckpt_every=10, distill_seqs=16, distill_val_seqs=4, distill_prompt_len=16,
             distill_gen_len=40, distill_batch=16, draft_steps=20, draft_max_seconds=20.0, draft_batch=4,
             anchors_per_seq=4, eval_prompts=2, eval_prompt_len=16, eval_new_tokens=24, eval_workers=1)
@@ -688,6 +706,7 @@ def parse_args(argv=None):
 
 
 def export(args, work: str, summary: dict) -> None:
+    """<out>/{target,draft}/ and <out>/summary.json: exactly what the package ships."""
     out = args.out
     os.makedirs(out, exist_ok=True)
     for name in ("target", "draft"):
@@ -696,9 +715,11 @@ def export(args, work: str, summary: dict) -> None:
     gen_cfg = os.path.join(out, "target", "generation_config.json")
     if os.path.exists(gen_cfg):
         os.remove(gen_cfg)
+    for d, _, files in os.walk(out):
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
     summary["pair_bytes"] = dir_bytes(os.path.join(out, "target")) + dir_bytes(os.path.join(out, "draft"))
     write_json(summary, os.path.join(out, "summary.json"))
-    shutil.copy(os.path.join(work, "train_log.jsonl"), os.path.join(out, "train_log.jsonl"))
     if summary["pair_bytes"] > MAX_PAIR_BYTES and not args.quick:
         raise RuntimeError(f"the pair is {summary['pair_bytes']} bytes > {MAX_PAIR_BYTES}")
 
