@@ -41,6 +41,7 @@ CONFIGS = {
     "dd_triton_b15_nooverlap": ddtree(15, 4, disable_overlap_schedule=True),
     "dd_triton_b64_reversed": ddtree(64, 8, _env={"SGLANG_DDTREE_TEST_REVERSE_RANKS": "1"}),
     "dd_triton_b3": ddtree(3, 2),
+    "dd_triton_b64_pkgtree": ddtree(64, 8, _env={"SGLANG_DDTREE_TREE_IMPL": "package"}),
     "dd_flashinfer_b15": ddtree(15, 4, backend="flashinfer"),
     "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
     "dd_flashinfer_b1": ddtree(1, 1, backend="flashinfer"),
@@ -71,8 +72,8 @@ def run_config(name, target, draft, prompts, max_new_tokens):
 
     kw = dict(CONFIGS[name])
     env = kw.pop("_env", {})
-    for k, v in env.items():
-        os.environ[k] = v
+    saved_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):
         kw["speculative_draft_model_path"] = draft
     t0 = time.time()
@@ -92,8 +93,11 @@ def run_config(name, target, draft, prompts, max_new_tokens):
             out["outputs"][bs], out["accept"][bs] = ids, acc
     finally:
         engine.shutdown()
-        for k in env:
-            os.environ.pop(k, None)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     out["start_s"], out["total_s"] = start_s, time.time() - t0
     return out
 

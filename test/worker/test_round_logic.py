@@ -6,32 +6,43 @@ import torch
 
 from sglang_ddtree.worker import _tree_stopgap as tg
 from sglang_ddtree.worker.geometry import RoundGeometry
+from sglang_ddtree.worker.tree_api import fill_root, resolve_tree_impl
 from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
 
 from _worker_oracles import accept_walk, verify_tree_greedy
 
 
-def _make_round(bs, depth, k, budget, seed):
+IMPLS = ["stopgap", "package"]
+
+
+def _make_round(bs, depth, k, budget, seed, impl="stopgap"):
     g = torch.Generator().manual_seed(seed)
     vocab = 6  # tiny vocabulary: the target often agrees with some branch
     lp, ids = torch.log_softmax(torch.randn(bs, depth, vocab, generator=g), -1).topk(k, dim=-1)
-    tree = tg.build_tree(lp, ids, budget)
-    tokens = tree.token_ids.clone()
-    tokens[:, 0] = torch.randint(vocab, (bs,), generator=g)
+    tree = resolve_tree_impl(impl).build(lp, ids, budget)
+    tokens = fill_root(tree, torch.randint(vocab, (bs,), generator=g))
     target_next = torch.randint(vocab, tokens.shape, generator=g)
     return tree, tokens, target_next
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("depth,k,budget", [(7, 3, 15), (7, 4, 64), (3, 2, 1), (5, 6, 30)])
-def test_greedy_accept_matches_longest_path(seed, depth, k, budget):
+def test_greedy_accept_matches_longest_path(impl, seed, depth, k, budget):
     bs = 5
     geometry = RoundGeometry(budget=budget, topk=k, block_size=depth + 1)
-    tree, tokens, target_next = _make_round(bs, depth, k, budget, seed)
+    tree, tokens, target_next = _make_round(bs, depth, k, budget, seed, impl)
     n, width = geometry.num_verify_tokens, geometry.accept_width
     prefix = torch.randint(3, 30, (bs,), generator=torch.Generator().manual_seed(seed))
-    numel = n * int((prefix + n).sum())
-    _, _, r_index, r_next, r_sib = tg.verify_topology(tree, prefix, geometry.max_depth, numel)
+    bound = int(prefix.sum()) + (11 if impl == "stopgap" else 0)  # the stop-gap takes a host upper bound
+    mask, pos, r_index, r_next, r_sib = resolve_tree_impl(impl).topology(tree, prefix, geometry.max_depth, bound)
+    assert mask.numel() == n * (bound + bs * n) and pos.shape == (bs * n,)
+    off = 0
+    for b in range(bs):  # FULL_MASK rows: prefix visible, tree part = ancestors (spot-check the root row)
+        p = int(prefix[b])
+        rows = mask[off : off + n * (p + n)].view(n, p + n)
+        assert bool(rows[:, :p].all()) and rows[0, p:].tolist() == [True] + [False] * (n - 1)
+        off += n * (p + n)
     predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, width)
     accept_lens = num + 1
     out, bonus = gather_accepted_tokens(predict, accept_index, accept_lens)

@@ -36,7 +36,7 @@ from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.geometry import RoundGeometry, draft_server_args_view
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
-from sglang_ddtree.worker.tree_api import resolve_build_tree, verify_topology
+from sglang_ddtree.worker.tree_api import fill_root, resolve_tree_impl
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class DDTreeWorker(DFlashWorkerV2):
             raise RuntimeError(f"DDTREE: draft block size {self.block_size} != configured {geometry.block_size}.")
         DDTreeDraftInput.reserve_per_decode = geometry.reserve_per_decode
         self.knobs = WorkerKnobs.from_env()
-        self._build_tree = resolve_build_tree(self.knobs.tree_impl)
+        self.tree_impl = resolve_tree_impl(self.knobs.tree_impl)
         # Eager top-K head (the draft CUDA graph folds in its own copy, see _maybe_build_draft_sampler).
         self._eager_head, reason = self._make_head(max_bs=1)
         if self._eager_head is None:
@@ -68,7 +68,7 @@ class DDTreeWorker(DFlashWorkerV2):
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
                 "KV reserve %d/round, tree builder %s%s.",
                 geometry.budget, geometry.topk, geometry.block_size, geometry.num_verify_tokens,
-                geometry.max_depth, geometry.reserve_per_decode, self._build_tree.__module__,
+                geometry.max_depth, geometry.reserve_per_decode, self.tree_impl.name,
                 ", TEST reversed draft ranks" if self.knobs.reverse_draft_ranks else "",
             )
 
@@ -117,20 +117,19 @@ class DDTreeWorker(DFlashWorkerV2):
         log_probs, token_ids = self._draft(batch, draft_input, bs)
         if self.knobs.reverse_draft_ranks:
             token_ids = token_ids.flip(-1)
-        tree = self._build_tree(log_probs, token_ids, g.budget)
-        tokens = tree.token_ids.clone()
-        tokens[:, 0] = draft_input.bonus_tokens.to(torch.int64)
+        tree = self.tree_impl.build(log_probs, token_ids, g.budget)
+        tokens = fill_root(tree, draft_input.bonus_tokens)
 
         verify_loc = assign_extend_cache_locs_func(
             req_pool_indices=batch.req_pool_indices, req_to_token=self.model_runner.req_to_token_pool.req_to_token,
             start_offset=prefix, end_offset=prefix + g.num_verify_tokens, batch_size=bs,
             draft_token_num=g.num_verify_tokens, device=self.device,
         )
-        verify_cpu, verify_sum = self._host_seq_lens(batch, draft_input, extra=g.num_verify_tokens)
+        verify_cpu, verify_sum, prefix_sum = self._host_seq_lens(batch, draft_input, extra=g.num_verify_tokens)
         n = g.num_verify_tokens
-        mask, positions, r_index, r_next, r_sibling = verify_topology(
-            tree, prefix, g.max_depth, mask_numel=n * (verify_sum + bs * n)
-        )
+        # prefix_sum: sum(prefix) when the host knows it exactly, else an upper bound; it sizes the
+        # FULL_MASK (backends pad a shorter mask to their own bound and index it by device lengths).
+        mask, positions, r_index, r_next, r_sibling = self.tree_impl.topology(tree, prefix, g.max_depth, prefix_sum)
         verify_input = DDTreeVerifyInput(
             draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=g.topk,
             custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
@@ -184,7 +183,7 @@ class DDTreeWorker(DFlashWorkerV2):
         )
         embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
         seq_lens_cpu = self._draft_seq_lens_cpu_buf[:bs]
-        host_cpu, host_sum = self._host_seq_lens(batch, draft_input, extra=block)
+        host_cpu, host_sum, _ = self._host_seq_lens(batch, draft_input, extra=block)
         seq_lens_cpu.copy_(host_cpu)
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.TARGET_VERIFY,
@@ -223,18 +222,22 @@ class DDTreeWorker(DFlashWorkerV2):
         return out.logits_output, forward_batch, out.can_run_cuda_graph
 
     def _host_seq_lens(self, batch, draft_input, *, extra: int):
-        """Host upper bound of (committed length + ``extra``) per request and its sum, for attention
-        planning and mask sizing; no device sync unless no host-side length source exists."""
-        if batch.seq_lens_cpu is not None:
-            bound = batch.seq_lens_cpu.to(torch.int64) + extra
-        elif draft_input.reserved_seq_lens_cpu is not None:
-            bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)  # >= committed + reserve
+        """Host-side lengths for attention planning and mask sizing, without a device sync unless no
+        host-side source exists. Returns (per-request bound of committed length + ``extra`` [bs] int64
+        CPU, its sum, sum of committed lengths: exact when the batch carries them, else a bound)."""
+        if batch.seq_lens_cpu is not None:  # exact: published lengths (overlap) or the sync path's
+            exact = batch.seq_lens_cpu.to(torch.int64)
+        elif draft_input.reserved_seq_lens_cpu is not None:  # >= committed + reserve
+            bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)
+            total = int(bound.sum())
+            return bound, total, total
         else:
             if not self._warned_host_sync:
                 logger.warning("DDTREE: no host-side sequence lengths; syncing once per round.")
                 self._warned_host_sync = True
-            bound = batch.seq_lens.to("cpu", dtype=torch.int64) + extra
-        return bound, int(bound.sum())
+            exact = batch.seq_lens.to("cpu", dtype=torch.int64)
+        bound = exact + extra
+        return bound, int(bound.sum()), int(exact.sum())
 
     def _idle_result(self, on_publish) -> GenerationBatchResult:
         empty_ids = torch.empty((0,), dtype=torch.int64, device=self.device)
