@@ -320,3 +320,36 @@ def accept_greedy_torch(tree: Tree, target_tokens: torch.Tensor) -> AcceptResult
         accepted_node_idx=accepted,
         bonus_token=target.gather(1, cur).squeeze(1),
     )
+
+
+def sample_target_only_reference(
+    tree: Tree, target_probs: torch.Tensor, generator: Optional[torch.Generator] = None
+) -> list[int]:
+    """Target-only tree sampling for ONE request (upstream semantics, thresholds 1); host loop.
+
+    Shape: tree batch of one, target_probs [N, V] float (the target's distribution after each row).
+    Returns the emitted tokens: accepted nodes' tokens, then the bonus token. At each node one uniform u;
+    child i (row order) is accepted iff u <= p(x_1) + ... + p(x_i); otherwise the bonus is drawn from p
+    with the children removed. Each emitted token is one exact draw from p (see the package docstring).
+    """
+    parents, tokens = tree.parents[0].tolist(), tree.token_ids[0].tolist()
+    children: dict[int, list[int]] = {}
+    for r in range(1, int(tree.num_nodes[0])):
+        children.setdefault(parents[r], []).append(r)
+    out, cur = [], 0
+    while True:
+        p = target_probs[cur].double()
+        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        acc, nxt = 0.0, None
+        for c in children.get(cur, []):
+            acc += float(p[tokens[c]])
+            if u <= acc:
+                nxt = c
+                break
+        if nxt is None:
+            residual = p.clone()
+            residual[[tokens[c] for c in children.get(cur, [])]] = 0.0
+            out.append(int(torch.multinomial(residual / residual.sum(), 1, generator=generator)))
+            return out
+        out.append(tokens[nxt])
+        cur = nxt

@@ -1,0 +1,150 @@
+"""Triton kernels == the PyTorch path, run on CPU by the Triton interpreter (small sizes).
+
+Also holds our acceptance against upstream's Triton ``verify_tree_greedy`` kernel, interpreted. If Triton
+was imported before ``test/tree/conftest.py`` could set TRITON_INTERPRET, this module re-runs itself in
+a subprocess. Skipped on CUDA machines, where ``test_gpu.py`` runs the same kernels natively.
+"""
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: see test_gpu.py")
+
+_CHILD_ENV = "SGLANG_DDTREE_TEST_INTERP_CHILD"
+
+
+def _interpreter_active() -> bool:
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return False
+    try:
+        import triton.language as tl
+    except ImportError:
+        return False
+    return type(tl.sum).__name__ == "InterpretedFunction"
+
+
+if not torch.cuda.is_available() and not _interpreter_active():
+    try:
+        import triton  # noqa: F401
+
+        _HAVE_TRITON = True
+    except ImportError:
+        _HAVE_TRITON = False
+
+    @pytest.mark.skipif(not _HAVE_TRITON, reason="Triton is not installed")
+    def test_rerun_in_interpreter_subprocess():
+        assert os.environ.get(_CHILD_ENV) != "1", "TRITON_INTERPRET did not take effect in the child"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, TRITON_INTERPRET="1", **{_CHILD_ENV: "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__)],
+            cwd=root, env=env, capture_output=True, text=True, timeout=900,
+        )
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+else:
+    from sglang_ddtree.tree import accept_greedy, build_tree, build_verify_topology
+    from sglang_ddtree.tree.reference import accept_greedy_torch, build_tree_torch, build_verify_topology_torch
+    from tree_cases import assert_trees_equal, random_inputs
+
+    CONFIGS = [  # (bs, L-1, K, budget, style)
+        (1, 1, 1, 1, "softmax"),
+        (2, 1, 3, 1, "softmax"),
+        (1, 3, 1, 5, "softmax"),  # chain with pads
+        (2, 4, 2, 3, "ties"),
+        (3, 5, 3, 8, "ties"),
+        (2, 6, 4, 16, "softmax"),
+        (2, 6, 4, 16, "special"),
+        (1, 5, 3, 32, "wide"),
+        (2, 3, 5, 17, "ties"),
+        (1, 8, 2, 40, "softmax"),
+        (1, 2, 8, 4, "softmax"),  # K > budget
+        (1, 15, 8, 64, "softmax"),  # the bs 1 / budget 64 benchmark shape
+    ]
+
+    def _trees():
+        gen = torch.Generator().manual_seed(21)
+        for bs, depth_limit, k, budget, style in CONFIGS:
+            lp, ids = random_inputs(bs, depth_limit, k, gen, style)
+            roots = torch.randint(0, 9, (bs,), generator=gen)
+            yield (bs, depth_limit, k, budget, style), lp, ids, roots, gen
+
+    def test_build_kernel_equals_torch():
+        for cfg, lp, ids, roots, _ in _trees():
+            want = build_tree_torch(lp, ids, cfg[3], roots)
+            assert_trees_equal(build_tree(lp, ids, cfg[3], roots, backend="triton"), want, str(cfg))
+            assert_trees_equal(build_tree(lp, ids, cfg[3], None, backend="triton"), build_tree_torch(lp, ids, cfg[3]))
+
+    def test_build_kernel_strided_inputs():
+        gen = torch.Generator().manual_seed(2)
+        lp, ids = random_inputs(2, 4, 6, gen)
+        lp_s, ids_s = lp[:, :, :3], ids[:, :, :3]  # non-contiguous views of the first 3 ranks
+        assert_trees_equal(build_tree(lp_s, ids_s, 9, backend="triton"), build_tree_torch(lp_s.contiguous(), ids_s.contiguous(), 9))
+
+    def test_topology_kernel_equals_torch():
+        for cfg, lp, ids, roots, gen in _trees():
+            tree = build_tree_torch(lp, ids, cfg[3], roots)
+            seq = torch.randint(0, 300, (cfg[0],), generator=gen)
+            for seq_t in (seq, seq.to(torch.int32)):
+                got = build_verify_topology(tree, seq_t, int(seq.sum()), backend="triton")
+                want = build_verify_topology_torch(tree, seq, int(seq.sum()))
+                for f in ("positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "tree_mask", "custom_mask"):
+                    assert torch.equal(getattr(got, f), getattr(want, f)), (cfg, f)
+            lean = build_verify_topology(tree, seq, with_tree_mask=False, backend="triton")
+            assert lean.tree_mask is None and lean.custom_mask is None
+            assert torch.equal(lean.retrieve_next_token, want.retrieve_next_token)
+
+    def _planted_targets(tree, rnd, extra_vocab=3):
+        bs, n = tree.parents.shape
+        target = torch.randint(0, extra_vocab, (bs, n))
+        for b in range(bs):
+            row = rnd.randrange(int(tree.num_nodes[b]))
+            while row > 0:  # plant the path root -> row
+                parent = int(tree.parents[b, row])
+                target[b, parent] = tree.token_ids[b, row]
+                row = parent
+        return target
+
+    def test_accept_kernel_equals_torch():
+        rnd = random.Random(3)
+        for cfg, lp, ids, roots, _ in _trees():
+            tree = build_tree_torch(lp, ids, cfg[3], roots)
+            for _ in range(3):
+                target = _planted_targets(tree, rnd)
+                got = accept_greedy(tree, target, backend="triton")
+                want = accept_greedy_torch(tree, target)
+                for x, y in zip(got, want):
+                    assert torch.equal(x, y), cfg
+                got32 = accept_greedy(tree, target.to(torch.int32), backend="triton")
+                assert torch.equal(got32.bonus_token, want.bonus_token)
+
+    def test_accept_equals_upstream_verify_tree_greedy_triton():
+        """Same accept lengths / indices / bonus as SGLang's own Triton verify_tree_greedy kernel."""
+        spec_tree = pytest.importorskip("sglang.kernels.ops.speculative.spec_tree")
+        rnd = random.Random(4)
+        for cfg, lp, ids, roots, gen in _trees():
+            tree = build_tree_torch(lp, ids, cfg[3], roots)
+            topo = build_verify_topology_torch(tree, torch.zeros(cfg[0], dtype=torch.int64))
+            bs, n = tree.parents.shape
+            width = tree.max_depth + 1
+            for _ in range(3):
+                target = _planted_targets(tree, rnd)
+                predicts = torch.full((bs * n,), -1, dtype=torch.int32)
+                accept_index = torch.full((bs, width), -1, dtype=torch.int32)
+                accept_num = torch.zeros(bs, dtype=torch.int32)
+                spec_tree.verify_tree_greedy_kernel_triton[(bs,)](
+                    predicts, accept_index, accept_num, tree.token_ids, topo.retrieve_index,
+                    topo.retrieve_next_token, topo.retrieve_next_sibling, target,
+                    batch_size=bs, num_speculative_tokens=width, num_draft_tokens=n,
+                )
+                ours = accept_greedy(tree, target, backend="triton")
+                assert torch.equal(ours.accept_len, accept_num), cfg
+                glob = torch.where(ours.accepted_node_idx >= 0, ours.accepted_node_idx + torch.arange(bs)[:, None] * n, -1)
+                assert torch.equal(glob.to(torch.int32), accept_index), cfg
+                last = accept_index.gather(1, accept_num.long()[:, None]).squeeze(1).long()
+                assert torch.equal(predicts.long()[last], ours.bonus_token), cfg
