@@ -59,10 +59,12 @@ def check_invariants(tree: Tree, lp: torch.Tensor, ids: torch.Tensor):
             rank_of[r] = ids[b, dep[r] - 1].tolist().index(tok[r])
             expect = _f32(float(tree.scores[b, p]) + min(float(lp[b, dep[r] - 1, rank_of[r]]), 0.0))
             assert float(tree.scores[b, r]) == expect
-            if r > 1:  # breadth-first lexicographic: (depth, parent row, rank) strictly increasing
-                assert (dep[r - 1], par[r - 1], rank_of.get(r - 1, -1)) < (dep[r], p, rank_of[r])
-            if r > 1 and par[r - 1] == p:
-                assert rank_of[r] == rank_of[r - 1] + 1  # siblings: contiguous, ascending, no gaps
+            if r > 1:  # rows: (depth, -score, parent row, rank) strictly increasing
+                prev = (dep[r - 1], -float(tree.scores[b, r - 1]), par[r - 1], rank_of[r - 1])
+                assert prev < (dep[r], -float(tree.scores[b, r]), p, rank_of[r])
+        for p in range(num):  # children: ranks 0..c-1 (no gaps), rows ascending with the rank
+            kids = [r for r in range(1, num) if par[r] == p]
+            assert [rank_of[r] for r in kids] == list(range(len(kids)))
         for r in range(num, tree.num_rows):
             assert (tok[r], par[r], dep[r]) == (0, -1, 0) and tree.scores[b, r] == float("-inf")
 
@@ -138,7 +140,9 @@ HAND = [
     ([[-0.5, -0.6], [-0.1, -0.2]], 3, [7, 10, 11, 20], [-1, 0, 0, 1]),
     # -inf tokens are still prefixes, ranked last (and among them lower depth first)
     ([[0.0, float("-inf")], [0.0, float("-inf")]], 3, [7, 10, 11, 20], [-1, 0, 0, 1]),
-    # siblings grouped under parents in parent order, parents in row order
+    # within a depth best first: row 1's second child (-1.1) comes after row 2's first child (-0.3)
+    ([[-0.1, -0.2], [-0.1, -1.0]], 5, [7, 10, 11, 20, 20, 21], [-1, 0, 0, 1, 2, 1]),
+    # equal scores within a depth: lower parent row first, then lower rank
     ([[-0.1, -0.2], [-0.1, -0.2]], 6, [7, 10, 11, 20, 21, 20, 21], [-1, 0, 0, 1, 1, 2, 2]),
 ]
 

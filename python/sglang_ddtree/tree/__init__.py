@@ -19,14 +19,18 @@ Vocabulary
   the **bonus token** is the target's choice at the last accepted node (root if none), so a round
   yields accept length + 1 new tokens.
 
-Row order (what SGLang's ``reconstruct_indices_from_tree_mask``, ``verify_tree_greedy`` and the hybrid
-conv kernels need): breadth-first lexicographic - rows sorted by depth, then by the parent's row, then by
-the token's rank k among the top-K. So every parent row < child row, siblings are contiguous rows in
-ascending rank with the first child lowest, and the order depends only on the node set.
+Row order: by depth, then within a depth best first - higher score, then lower parent row, then lower
+rank k among the top-K (the tie-breaks below). So every parent row < child row, and a node's children
+appear in ascending rank (non-increasing score) with the first child at the lowest row; siblings need not be
+contiguous. That is what SGLang's ``reconstruct_indices_from_tree_mask``, ``verify_tree_greedy`` and the
+hybrid (Mamba/GDN) conv kernels need: they follow ``retrieve_next_token`` (lowest child row) and
+``retrieve_next_sibling`` (next higher row with the same parent) and assume parent < child. It is also
+the order the fused kernel produces for free (each depth's kept frontier is sorted).
 
 Ties: among equal scores a lower depth wins, then higher ancestor scores (compared leaf to root), then
 the lexicographically smaller rank path. This total order puts every node after its parent and after
-its lower-rank siblings, so the heap and the batched per-depth formulation pick the same node set.
+its lower-rank siblings, so the heap and the batched per-depth formulation pick the same node set, and
+within one depth it is exactly (higher score, lower parent row, lower rank).
 
 Pads (rows ``num_nodes .. N-1``): token 0, parent -1, depth 0, score -inf, valid False. They are
 unreachable (no retrieve link points at them), see the prefix and themselves, sit at position

@@ -72,8 +72,6 @@ def use_triton(op: str, device: torch.device, backend: str) -> bool:
 
 
 def num_warps_for(elements: int) -> int:
-    if elements <= 2048:
-        return 4
-    if elements <= 8192:
-        return 8
-    return 16
+    """Warps for a one-program-per-request kernel over a tile of ``elements`` (at most 8: the builder
+    can use up to 255 registers per thread, and 255 x 256 threads is what one SM holds)."""
+    return 4 if elements <= 2048 else 8

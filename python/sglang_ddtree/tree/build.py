@@ -84,8 +84,6 @@ def build_tree_triton(
     if bs == 0:
         return tree
     key_ws = torch.empty(bs, depth_limit, block_b, dtype=torch.int64, device=dev)
-    lay_ws = torch.empty(bs, depth_limit + 1, block_b, dtype=torch.int64, device=dev)
-    cnt_ws = torch.empty(bs, block_b, dtype=torch.int64, device=dev)
     ddtree_build_kernel[(bs,)](
         lp,
         ids,
@@ -97,8 +95,6 @@ def build_tree_triton(
         tree.valid,
         tree.num_nodes,
         key_ws,
-        lay_ws,
-        cnt_ws,
         budget,
         depth_limit,
         k_eff,
@@ -111,9 +107,9 @@ def build_tree_triton(
         BLOCK_B=block_b,
         BLOCK_K=block_k,
         BLOCK_D=next_pow2(depth_limit),
-        BLOCK_P=min(1024, next_pow2(n)),
+        BLOCK_P=min(1024, 2 * block_b),  # >= N; one value per BLOCK_B (fewer compiles)
         LOG_B=block_b.bit_length() - 1,
         LOG_K=block_k.bit_length() - 1,
-        num_warps=num_warps_for(block_b * block_k),
+        num_warps=num_warps_for(block_b * block_k),  # <= 8: 255 regs x 256 threads fit an SM
     )
     return tree

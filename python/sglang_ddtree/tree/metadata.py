@@ -15,7 +15,7 @@ import torch
 
 @dataclass(slots=True)
 class Tree:
-    """One round's draft trees, ``N = budget + 1`` rows per request, breadth-first lexicographic order.
+    """One round's draft trees, ``N = budget + 1`` rows per request (row order: ``sglang_ddtree.tree``).
 
     Row 0 is the root, rows ``1 .. num_nodes-1`` are real nodes, rows ``num_nodes ..`` are pads.
     """

@@ -35,7 +35,7 @@ def _tree_from_rows(rows, root_token_id, budget, max_depth, top_token_ids) -> Tr
     par, dep = [-1] * n, [0] * n
     sc = [0.0] + [_NEG_INF] * budget
     row_of = {(): 0}
-    for r, (path, score) in enumerate(rows, start=1):
+    for r, (path, score, _) in enumerate(rows, start=1):
         row_of[path] = r
         tok[r] = int(top_token_ids[len(path) - 1][path[-1]])
         par[r], dep[r], sc[r] = row_of[path[:-1]], len(path), score
@@ -61,7 +61,8 @@ def build_tree_reference(
     added root to leaf. Total order (ties included): higher score first, then lower depth, then the
     parents' scores compared leaf to root (higher first), then the rank path (k_1..k_d) lexicographic.
     Every node follows its parent and its previous sibling in this order, so the heap pops nodes in it
-    and the ``budget`` nodes popped first are the tree. Rows are then laid out by (depth, rank path).
+    and the ``budget`` nodes popped first are the tree. Rows: by depth, then in this order (which
+    within one depth is: higher score, then lower parent row, then lower rank).
     """
     assert top_log_probs.dim() == 2 and top_log_probs.shape == top_token_ids.shape
     assert budget >= 1
@@ -82,14 +83,14 @@ def build_tree_reference(
     popped = []
     while heap and len(popped) < budget:
         _, path, scores = heapq.heappop(heap)
-        popped.append((path, scores[-1]))
+        popped.append((path, scores[-1], (-scores[-1],) + tuple(-x for x in reversed(scores[:-1])) + path))
         depth, k = len(path), path[-1]
         if k + 1 < k_eff:  # next sibling
             parent_score = scores[-2] if depth > 1 else 0.0
             push(path[:-1] + (k + 1,), scores[:-1] + (_f32(parent_score + lp[depth - 1][k + 1]),))
         if depth < depth_limit:  # first child
             push(path + (0,), scores + (_f32(scores[-1] + lp[depth][0]),))
-    popped.sort(key=lambda item: (len(item[0]), item[0]))
+    popped.sort(key=lambda item: (len(item[0]), item[2]))  # depth, then the order above
     return _tree_from_rows(popped, root_token_id, budget, depth_limit, tok)
 
 
@@ -158,26 +159,16 @@ def build_tree_torch(
     sc[:, 0] = 0.0
     if root_token_ids is not None:
         tok[:, 0] = root_token_ids
-    lay_prev = torch.zeros(bs, 1, dtype=torch.int64, device=dev)  # row of each frontier slot
-    base_prev = torch.zeros(bs, dtype=torch.int64, device=dev)
-    n_prev = torch.ones(bs, dtype=torch.int64, device=dev)
+    base_prev = torch.zeros(bs, dtype=torch.int64, device=dev)  # row of slot 0 one depth up
     base = torch.ones(bs, dtype=torch.int64, device=dev)
     for d, ((keys, pslot, rank), cnt) in enumerate(zip(levels, counts)):
-        width_prev = lay_prev.shape[1]
-        sel = torch.arange(keys.shape[1], device=dev)[None, :] < cnt[:, None]
-        prev_sel = torch.arange(width_prev, device=dev)[None, :] < n_prev[:, None]
-        nchild = torch.zeros(bs, width_prev, dtype=torch.int64, device=dev)
-        nchild.scatter_add_(1, pslot, sel.long())
-        pos_prev = torch.where(prev_sel, lay_prev - base_prev[:, None], 0)  # rank within depth
-        cnt_lay = torch.zeros_like(nchild).scatter_add_(1, pos_prev, torch.where(prev_sel, nchild, 0))
-        first_child = cnt_lay.cumsum(1) - cnt_lay  # children of earlier parents come first
-        ppos = pos_prev.gather(1, pslot)
-        row = torch.where(sel, base[:, None] + first_child.gather(1, ppos) + rank, n)
+        slot = torch.arange(keys.shape[1], device=dev)[None, :]
+        row = torch.where(slot < cnt[:, None], base[:, None] + slot, n)  # kept slots, in order
         tok.scatter_(1, row, top_token_ids[:, d].gather(1, rank))
-        par.scatter_(1, row, ppos + base_prev[:, None])
+        par.scatter_(1, row, base_prev[:, None] + pslot if d > 0 else torch.zeros_like(row))
         dep.scatter_(1, row, torch.full_like(row, d + 1))
         sc.scatter_(1, row, ord_score(key_code(keys)))
-        lay_prev, base_prev, n_prev, base = torch.where(sel, row, 0), base, cnt, base + cnt
+        base_prev, base = base, base + cnt
     rows = torch.arange(n, device=dev)
     valid = rows[None, :] < base[:, None]
     return Tree(
@@ -226,15 +217,23 @@ def full_mask_torch(tree_mask: torch.Tensor, seq_lens: torch.Tensor, seq_lens_su
 
 
 def retrieve_indices_torch(tree: Tree):
-    """(retrieve_index, retrieve_next_token, retrieve_next_sibling), each [bs, N] int64, from parents."""
+    """(retrieve_index, retrieve_next_token, retrieve_next_sibling), each [bs, N] int64, from parents.
+
+    next_token = lowest row among the children; next_sibling = next higher row with the same parent.
+    """
     bs, n = tree.parents.shape
     rows = torch.arange(n, device=tree.parents.device).expand(bs, n)
     has_parent = tree.parents >= 0
     first = torch.full((bs, n + 1), n, dtype=torch.int64, device=rows.device)
     first.scatter_reduce_(1, torch.where(has_parent, tree.parents, n), rows, reduce="amin")
     next_token = torch.where(first[:, :n] < n, first[:, :n], -1)
-    nxt_parent = torch.cat([tree.parents[:, 1:], torch.full_like(tree.parents[:, :1], -2)], dim=1)
-    next_sibling = torch.where(has_parent & (nxt_parent == tree.parents), rows + 1, -1)
+    # rows sorted by (parent, row): a row's next sibling is the next entry if it has the same parent
+    order = torch.sort(torch.where(has_parent, tree.parents, n) * n + rows, dim=1).values
+    o_par, o_row = order // n, order % n
+    same = torch.cat([o_par[:, 1:] == o_par[:, :-1], torch.zeros_like(o_par[:, :1], dtype=torch.bool)], 1)
+    nxt = torch.cat([o_row[:, 1:], torch.zeros_like(o_row[:, :1])], 1)
+    sib_sorted = torch.where(same & (o_par < n), nxt, -1)
+    next_sibling = torch.empty_like(next_token).scatter_(1, o_row, sib_sorted)
     b = torch.arange(bs, device=rows.device)[:, None]
     return b * n + rows, next_token, next_sibling
 

@@ -88,7 +88,6 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
     ddtree_topology_kernel[(bs, triton_cdiv(n, block_r))](
         tree.parents,
         tree.depths,
-        tree.valid,
         seq_lens,
         topo.positions,
         topo.retrieve_index,

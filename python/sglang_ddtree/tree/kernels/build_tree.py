@@ -83,7 +83,11 @@ def _top_run_of_sorted_runs(x, LOG_RUN: tl.constexpr, LOG_RUNS: tl.constexpr):
     return x
 
 
-@triton.jit(do_not_specialize=["budget", "depth_limit", "k_eff", "num_rows"])
+@triton.jit(
+    do_not_specialize=[
+        "budget", "depth_limit", "k_eff", "num_rows", "stride_lp_b", "stride_lp_d", "stride_tok_b", "stride_tok_d"
+    ]
+)
 def ddtree_build_kernel(
     lp_ptr,  # [bs, L-1, K] float32, top-K log-probs per position
     tok_ptr,  # [bs, L-1, K] int64, their token ids
@@ -95,8 +99,6 @@ def ddtree_build_kernel(
     out_valid_ptr,  # [bs, N] bool
     out_num_ptr,  # [bs] int32
     key_ws_ptr,  # [bs, L-1, BLOCK_B] int64 workspace: sorted frontier keys per depth (0 = empty)
-    lay_ws_ptr,  # [bs, L, BLOCK_B] int64 workspace: row of each frontier slot, per depth (0 = root)
-    cnt_ws_ptr,  # [bs, BLOCK_B] int64 workspace: per-parent child counts in row order
     budget,
     depth_limit,  # L - 1
     k_eff,  # min(K, budget)
@@ -118,8 +120,6 @@ def ddtree_build_kernel(
     ks = tl.arange(0, BLOCK_K)
     ds = tl.arange(0, BLOCK_D)
     key_ws = key_ws_ptr + b * depth_limit * BLOCK_B
-    lay_ws = lay_ws_ptr + b * (depth_limit + 1) * BLOCK_B
-    cnt_ws = cnt_ws_ptr + b * BLOCK_B
 
     # ---- phase 1: per-depth sorted top-budget frontier --------------------------------------------
     # Candidate tile [BLOCK_K, BLOCK_B]: row k = rank-k child of every frontier slot. Rows are sorted
@@ -151,26 +151,30 @@ def ddtree_build_kernel(
     tl.debug_barrier()
 
     # ---- phase 2: how many leading slots of each depth are in the global top-budget ---------------
+    # Codes as int32 (code - 2**31; -2**31 = empty) to halve the registers of the [BLOCK_D, BLOCK_B] tile.
     gkeys = tl.load(
         key_ws + ds[:, None] * BLOCK_B + slots[None, :], mask=(ds < depth_limit)[:, None], other=0
-    )  # [BLOCK_D, BLOCK_B] int64
-    gcode = gkeys >> 31
-    lo = tl.full([], 1, tl.int64)
+    )
+    gcode = ((gkeys >> 31) - _SIGN).to(tl.int32)  # [BLOCK_D, BLOCK_B]
+    lo = tl.full([], 1, tl.int64)  # search the code T with count(code >= T) >= budget > count(> T)
     hi = tl.full([], 4294967296, tl.int64)  # 2**32 > every code
     for _ in range(32):
         mid = (lo + hi) // 2
-        cnt = tl.sum(tl.sum((gcode >= mid).to(tl.int32), axis=1), axis=0)
+        cnt = tl.sum(tl.sum((gcode >= (mid - _SIGN).to(tl.int32)).to(tl.int32), axis=1), axis=0)
         take_upper = cnt >= budget
         lo = tl.where(take_upper, mid, lo)
         hi = tl.where(take_upper, hi, mid)
-    gt = tl.sum((gcode > lo).to(tl.int32), axis=1)  # [BLOCK_D]
-    eq = tl.sum((gcode == lo).to(tl.int32), axis=1)
-    nvalid = tl.sum((gcode > 0).to(tl.int32), axis=1)
-    rest = budget - tl.sum(gt, axis=0)  # > 0: ties at `lo` fill it, lower depth first
+    thr = (lo - _SIGN).to(tl.int32)
+    gt = tl.sum((gcode > thr).to(tl.int32), axis=1)  # [BLOCK_D]
+    eq = tl.sum((gcode == thr).to(tl.int32), axis=1)
+    nvalid = tl.sum((gcode > -2147483648).to(tl.int32), axis=1)
+    rest = budget - tl.sum(gt, axis=0)  # > 0: ties at `thr` fill it, lower depth first
     take = tl.minimum(tl.maximum(rest - (tl.cumsum(eq, axis=0) - eq), 0), eq)
     n_sel = tl.minimum(gt + take, nvalid)  # [BLOCK_D] int32
 
-    # ---- phase 3: breadth-first lexicographic rows -------------------------------------------------
+    # ---- phase 3: rows = depth-major, each depth's kept slots in order ----------------------------
+    # Row of slot i at depth d: base + i, base = 1 + n[0] + ... + n[d-1]; its parent is slot pslot
+    # one depth up, i.e. row base_prev + pslot (the root, row 0, at depth 1). No cross-thread traffic.
     out_tok = out_tok_ptr + b * num_rows
     out_par = out_par_ptr + b * num_rows
     out_dep = out_dep_ptr + b * num_rows
@@ -184,51 +188,34 @@ def ddtree_build_kernel(
     tl.store(out_par, -1)
     tl.store(out_dep, 0)
     tl.store(out_score, 0.0)
-    tl.store(out_valid, True)
-    tl.store(lay_ws + slots, tl.zeros([BLOCK_B], dtype=tl.int64), mask=slots < 1)
+    tl.store(out_valid, root_tok == root_tok)
     base_prev = tl.zeros([], dtype=tl.int64)
-    n_prev = tl.full([], 1, tl.int64)
     base = tl.full([], 1, tl.int64)
     for d in range(depth_limit):
-        tl.debug_barrier()
         n_cur = tl.sum(tl.where(ds == d, n_sel, 0), axis=0).to(tl.int64)
         keys = tl.load(key_ws + d * BLOCK_B + slots)
         sel = slots < n_cur
         c = _IDX_MASK - (keys & _IDX_MASK)
-        pslot = c // BLOCK_K
         rank = c % BLOCK_K
-        # Selected children of each rank form a prefix of parent slots: m[k] of them.
-        m = tl.sum(((rank[:, None] == ks[None, :]) & sel[:, None]).to(tl.int64), axis=0)  # [BLOCK_K]
-        nchild = tl.sum((slots[:, None] < m[None, :]).to(tl.int64), axis=1)  # per parent slot
-        prev_ok = slots < n_prev
-        pos_prev = tl.load(lay_ws + d * BLOCK_B + slots, mask=prev_ok, other=0) - base_prev
-        tl.store(cnt_ws + pos_prev, nchild, mask=prev_ok)
-        tl.debug_barrier()
-        cnt = tl.load(cnt_ws + slots, mask=prev_ok, other=0)
-        first = tl.cumsum(cnt, axis=0) - cnt  # first child's offset of each parent, in row order
-        tl.debug_barrier()
-        tl.store(cnt_ws + slots, first, mask=prev_ok)
-        tl.debug_barrier()
-        ppos = tl.load(lay_ws + d * BLOCK_B + pslot, mask=sel, other=0) - base_prev
-        row = base + tl.load(cnt_ws + ppos, mask=sel, other=0) + rank
-        tl.store(lay_ws + (d + 1) * BLOCK_B + slots, row, mask=sel)
+        row = base + slots
+        prow = tl.where(d == 0, 0, base_prev + c // BLOCK_K)
         tok = tl.load(tok_ptr + b * stride_tok_b + d * stride_tok_d + rank, mask=sel, other=0)
         tl.store(out_tok + row, tok, mask=sel)
-        tl.store(out_par + row, ppos + base_prev, mask=sel)
+        tl.store(out_par + row, prow, mask=sel)
         tl.store(out_dep + row, tl.zeros([BLOCK_B], dtype=tl.int64) + (d + 1), mask=sel)
         tl.store(out_score + row, _code_score(keys >> 31), mask=sel)
         tl.store(out_valid + row, sel, mask=sel)
         base_prev = base
         base = base + n_cur
-        n_prev = n_cur
+    total = base
 
     # ---- pads: rows >= 1 + #nodes ------------------------------------------------------------------
     for r0 in range(0, num_rows, BLOCK_P):
         rows = r0 + tl.arange(0, BLOCK_P)
-        pad = (rows >= base) & (rows < num_rows)
+        pad = (rows >= total) & (rows < num_rows)
         tl.store(out_tok + rows, tl.zeros([BLOCK_P], dtype=tl.int64), mask=pad)
         tl.store(out_par + rows, tl.full([BLOCK_P], -1, tl.int64), mask=pad)
         tl.store(out_dep + rows, tl.zeros([BLOCK_P], dtype=tl.int64), mask=pad)
         tl.store(out_score + rows, tl.full([BLOCK_P], float("-inf"), tl.float32), mask=pad)
         tl.store(out_valid + rows, rows < 0, mask=pad)
-    tl.store(out_num_ptr + b, base.to(tl.int32))
+    tl.store(out_num_ptr + b, total.to(tl.int32))

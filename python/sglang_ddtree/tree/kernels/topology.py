@@ -2,7 +2,8 @@
 
 Serves the verify step. Grid (request, block of rows): each program walks its rows' root paths through
 ``parents`` (at most max_depth hops), then writes the compact ancestor mask, the FULL_MASK rows
-(prefix all True, then the tree part), positions and the retrieve_* links of those rows.
+(prefix all True, then the tree part), positions and the retrieve_* links of those rows (first child:
+lowest child row; next sibling: next higher row with the same parent; pads have parent -1 and no links).
 """
 
 import triton
@@ -13,7 +14,6 @@ import triton.language as tl
 def ddtree_topology_kernel(
     par_ptr,  # [bs, N] int64, parent row, -1 for root and pads
     dep_ptr,  # [bs, N] int64, depth
-    valid_ptr,  # [bs, N] bool
     seq_lens_ptr,  # [bs] int32/int64, prefix length (tokens already in the KV cache)
     positions_ptr,  # [bs * N] int64 out
     ridx_ptr,  # [bs, N] int64 out: retrieve_index
@@ -49,13 +49,7 @@ def ddtree_topology_kernel(
     tl.store(positions_ptr + b * num_rows + rows, seq + dep, mask=rmask)
     tl.store(ridx_ptr + b * num_rows + rows, b * num_rows + rows, mask=rmask)
 
-    # Siblings are contiguous rows: the next sibling is the next row if it has the same parent.
     par_r = tl.load(par_b + rows, mask=rmask, other=-1)
-    nxt = rows + 1
-    par_n = tl.load(par_b + nxt, mask=nxt < num_rows, other=-2)
-    val_n = tl.load(valid_ptr + b * num_rows + nxt, mask=nxt < num_rows, other=0)
-    sib = tl.where((par_r >= 0) & (par_n == par_r) & (val_n != 0), nxt, -1)
-    tl.store(rsib_ptr + b * num_rows + rows, sib, mask=rmask)
 
     if WRITE_FULL_MASK:
         pre = tl.zeros([], dtype=tl.int64)
@@ -70,13 +64,16 @@ def ddtree_topology_kernel(
             ones = tl.full([BLOCK_R, BLOCK_PC], 1, tl.int1)
             tl.store(full_mask_ptr + row_base[:, None] + pcols[None, :], ones, mask=pm)
 
-    first = tl.full([BLOCK_R], num_rows, tl.int64)
+    first = tl.full([BLOCK_R], num_rows, tl.int64)  # lowest child row
+    sib = tl.full([BLOCK_R], num_rows, tl.int64)  # lowest later row with the same parent
     for c0 in range(0, num_rows, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C).to(tl.int64)
         cmask = cols < num_rows
         pc = tl.load(par_b + cols, mask=cmask, other=-1)
         child = (pc[None, :] == rows[:, None]) & cmask[None, :]
         first = tl.minimum(first, tl.min(tl.where(child, cols[None, :], num_rows), axis=1))
+        later = (pc[None, :] == par_r[:, None]) & (par_r[:, None] >= 0) & (cols[None, :] > rows[:, None])
+        sib = tl.minimum(sib, tl.min(tl.where(later & cmask[None, :], cols[None, :], num_rows), axis=1))
         on_path = (path[:, None, :] == cols.to(tl.int32)[None, :, None]).to(tl.int32)  # [R, C, L]
         anc = tl.sum(on_path, axis=2) > 0
         m = rmask[:, None] & cmask[None, :]
@@ -86,3 +83,4 @@ def ddtree_topology_kernel(
         if WRITE_FULL_MASK:
             tl.store(full_mask_ptr + row_base[:, None] + seq + cols[None, :], anc, mask=m)
     tl.store(rnext_ptr + b * num_rows + rows, tl.where(first < num_rows, first, -1), mask=rmask)
+    tl.store(rsib_ptr + b * num_rows + rows, tl.where(sib < num_rows, sib, -1), mask=rmask)
