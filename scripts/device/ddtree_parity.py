@@ -10,7 +10,8 @@ to ``--out/results.jsonl`` (one line per configuration: pass counts, mismatches,
         --configs sharp:plain_triton,sharp:dd_triton_b15,bias:plain_triton_fp32 [--deadline-s 400]
 Model variants are make_tiny_models.py's: "sharp" (bf16-safe margins; attention barely matters, so it
 cannot catch a wrong tree mask) and "bias" (random layers: attention matters, but bf16 near-ties make
-even plain batched vs single runs differ; compare DDTREE's divergence with upstream DFLASH's).
+even plain batched vs single runs differ; compare DDTREE's divergence with upstream DFLASH's: put a
+dflash_* config before the dd_* ones and each dd_* record gets "vs_dflash").
 SGLang 0.5.16's CUDA kernels (sgl_kernel rmsnorm) do not run float32 models.
 """
 
@@ -150,6 +151,8 @@ def main():
         try:
             got = run_config(name, target, draft, prompts[variant], args.max_new_tokens)
             rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))
+            if name.startswith("dflash_"):
+                refs[("dflash",) + key] = got
             if name.startswith("plain_"):
                 refs[key] = got
                 rec["batch_invariant"] = got["outputs"][1] == got["outputs"][16][:4] and got["outputs"][4] == got["outputs"][16]
@@ -157,6 +160,8 @@ def main():
             else:
                 ref = refs.get(key)
                 rec["parity"] = compare(ref, got) if ref is not None else f"no reference for {key}"
+                if name.startswith("dd_") and ("dflash",) + key in refs:  # same drafter, chain verify
+                    rec["vs_dflash"] = compare(refs[("dflash",) + key], got)
                 accs = [a for v in got["accept"].values() for a in v if a is not None]
                 rec["mean_accept_length"] = round(sum(accs) / len(accs), 3) if accs else None
                 rec["accept_bs1"] = [round(a, 2) if a else a for a in got["accept"][1]]
