@@ -32,6 +32,31 @@ def check(t: torch.Tensor, name: str, dtype: torch.dtype, ndim: int, device: tor
         raise ValueError(f"{name} is on {t.device}, expected {device}")
 
 
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+_TREE_DTYPES = (
+    ("token_ids", torch.int64),
+    ("parents", torch.int64),
+    ("depths", torch.int64),
+    ("scores", torch.float32),
+    ("valid", torch.bool),
+)
+
+
+def check_tree(tree) -> None:
+    """Host-only checks of a Tree's fields: dtype, [bs, N] shape, one device, contiguous (kernels index rows)."""
+    shape, dev = tree.parents.shape, tree.parents.device
+    for name, dtype in _TREE_DTYPES:
+        t = getattr(tree, name)
+        check(t, f"tree.{name}", dtype, 2, dev)
+        if t.shape != shape or not t.is_contiguous():
+            raise ValueError(f"tree.{name} must be a contiguous {tuple(shape)} tensor, got {tuple(t.shape)}")
+    if tree.max_depth < 1:
+        raise ValueError(f"tree.max_depth must be >= 1, got {tree.max_depth}")
+
+
 @functools.lru_cache(maxsize=None)
 def triton_importable() -> bool:
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ddtree.tree._common import next_pow2, use_triton
+from sglang_ddtree.tree._common import check_tree, next_pow2, use_triton
 from sglang_ddtree.tree.metadata import AcceptResult, Tree
 from sglang_ddtree.tree.reference import accept_greedy_torch
 
@@ -23,6 +23,7 @@ def accept_greedy(tree: Tree, target_tokens: torch.Tensor, *, backend: str = "au
     ``accept_index``): column 0 is the root (0), columns 1..accept_len the accepted nodes, the rest -1.
     New tokens this round: the accepted nodes' tokens, then the bonus token (accept_len + 1 in all).
     """
+    check_tree(tree)
     bs, n = tree.parents.shape
     if target_tokens.shape != (bs, n) or target_tokens.device != tree.parents.device:
         raise ValueError(f"target_tokens must be [{bs}, {n}] on {tree.parents.device}")

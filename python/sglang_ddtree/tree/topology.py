@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from sglang_ddtree.tree._common import check, next_pow2, use_triton
+from sglang_ddtree.tree._common import cdiv, check, check_tree, next_pow2, use_triton
 from sglang_ddtree.tree.metadata import Tree, VerifyTopology
 from sglang_ddtree.tree.reference import build_verify_topology_torch
 
@@ -41,6 +41,7 @@ def build_verify_topology(
     the compact tree mask N * N bytes per request. Returns :class:`VerifyTopology` (pads: positions
     seq_lens[b], no links, mask rows that see the prefix and themselves). No host sync.
     """
+    check_tree(tree)
     dev = tree.parents.device
     bs, n = tree.parents.shape
     if seq_lens.dim() != 1 or seq_lens.shape[0] != bs or seq_lens.device != dev:
@@ -68,6 +69,7 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
 
     dev = tree.parents.device
     bs, n = tree.parents.shape
+    seq_lens = seq_lens if seq_lens.is_contiguous() else seq_lens.contiguous()
     topo = VerifyTopology(
         positions=torch.empty(bs * n, dtype=torch.int64, device=dev),
         retrieve_index=torch.empty(bs, n, dtype=torch.int64, device=dev),
@@ -85,7 +87,7 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
     if bs == 0:
         return topo
     block_r = 16
-    ddtree_topology_kernel[(bs, triton_cdiv(n, block_r))](
+    ddtree_topology_kernel[(bs, cdiv(n, block_r))](
         tree.parents,
         tree.depths,
         seq_lens,
@@ -107,7 +109,3 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
         num_warps=4,
     )
     return topo
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
