@@ -127,8 +127,8 @@ class DDTreeWorker(DFlashWorkerV2):
         )
         verify_cpu, verify_sum, prefix_sum = self._host_seq_lens(batch, draft_input, extra=g.num_verify_tokens)
         n = g.num_verify_tokens
-        # prefix_sum: sum(prefix) when the host knows it exactly, else an upper bound; it sizes the
-        # FULL_MASK (backends pad a shorter mask to their own bound and index it by device lengths).
+        # prefix_sum bounds sum(prefix) on the host; it sizes the FULL_MASK, which backends index by the
+        # device lengths (and pad with True up to their own host bound).
         mask, positions, r_index, r_next, r_sibling = self.tree_impl.topology(tree, prefix, g.max_depth, prefix_sum)
         verify_input = DDTreeVerifyInput(
             draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=g.topk,
@@ -224,9 +224,13 @@ class DDTreeWorker(DFlashWorkerV2):
     def _host_seq_lens(self, batch, draft_input, *, extra: int):
         """Host-side lengths for attention planning and mask sizing, without a device sync unless no
         host-side source exists. Returns (per-request bound of committed length + ``extra`` [bs] int64
-        CPU, its sum, sum of committed lengths: exact when the batch carries them, else a bound)."""
-        if batch.seq_lens_cpu is not None:  # exact: published lengths (overlap) or the sync path's
-            exact = batch.seq_lens_cpu.to(torch.int64)
+        CPU, its sum, a bound of sum(committed lengths) for sizing the FULL_MASK).
+        ``batch.seq_lens_cpu`` holds the published lengths (overlap, backends that need them) or the
+        synchronous path's; the scheduler's seed may lag by one round's commit (<= W per request),
+        which ``extra`` (>= W) and the mask bound's ``bs * W`` cover."""
+        lag = len(batch.seq_lens) * self.geometry.accept_width
+        if batch.seq_lens_cpu is not None:
+            committed = batch.seq_lens_cpu.to(torch.int64)
         elif draft_input.reserved_seq_lens_cpu is not None:  # >= committed + reserve
             bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)
             total = int(bound.sum())
@@ -235,9 +239,9 @@ class DDTreeWorker(DFlashWorkerV2):
             if not self._warned_host_sync:
                 logger.warning("DDTREE: no host-side sequence lengths; syncing once per round.")
                 self._warned_host_sync = True
-            exact = batch.seq_lens.to("cpu", dtype=torch.int64)
-        bound = exact + extra
-        return bound, int(bound.sum()), int(exact.sum())
+            committed = batch.seq_lens.to("cpu", dtype=torch.int64)
+        bound = committed + extra
+        return bound, int(bound.sum()), int(committed.sum()) + lag
 
     def _idle_result(self, on_publish) -> GenerationBatchResult:
         empty_ids = torch.empty((0,), dtype=torch.int64, device=self.device)
