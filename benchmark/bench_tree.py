@@ -189,7 +189,8 @@ def main() -> int:
                 rec = bench_config(bs, budget, args, gen, dev)
             except Exception as exc:  # noqa: BLE001 - keep the other configs; record the error
                 failed += 1
-                rec = {"bs": bs, "budget": budget, "error": repr(exc), "traceback": traceback.format_exc()[-2000:]}
+                rec = {"bs": bs, "budget": budget, "error": repr(exc)}
+                rec["traceback"] = traceback.format_exc()[-2000:]
             rec["wall_s"] = round(time.perf_counter() - t0, 2)
             result["results"].append(rec)
             print(json.dumps(rec), flush=True)
@@ -200,8 +201,7 @@ def main() -> int:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"bench_tree: wrote {args.out} ({len(result['results'])} configs, {failed} failed)")
-    header = f"{'bs':>4} {'budget':>6} {'triton':>9} {'build':>8} {'topo':>8} {'accept':>8} {'torch':>8} {'heap':>9}"
-    print(header)
+    print(f"{'bs':>4} {'budget':>6} {'triton':>9} {'build':>8} {'topo':>8} {'accept':>8} {'torch':>8} {'heap':>9}")
     for r in result["results"]:
         if "error" in r:
             print(f"{r['bs']:>4} {r['budget']:>6} ERROR {r['error'][:80]}")

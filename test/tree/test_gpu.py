@@ -21,7 +21,9 @@ from tree_cases import assert_trees_equal, random_inputs, tree_row
 
 pytestmark = pytest.mark.gpu
 
-TOPO_FIELDS = ("positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "tree_mask", "custom_mask")
+TOPO_FIELDS = (
+    "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "tree_mask", "custom_mask"
+)
 DEV = "cuda"
 
 
@@ -32,7 +34,8 @@ def _cases(seed, n):
     out = list(fixed)
     for _ in range(n):
         budget = rnd.choice([rnd.randint(9, 16), rnd.randint(33, 64), rnd.randint(257, 512)])
-        out.append((rnd.randint(1, 6), rnd.randint(9, 15), rnd.randint(5, 8), budget, rnd.choice(["softmax", "ties", "wide"])))
+        style = rnd.choice(["softmax", "ties", "wide"])
+        out.append((rnd.randint(1, 6), rnd.randint(9, 15), rnd.randint(5, 8), budget, style))
     return out
 
 

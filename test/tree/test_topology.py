@@ -96,9 +96,8 @@ def test_full_mask_layout_matches_per_request_concat():
     for tree, seq in _random_trees(8, 40):
         n, bs = tree.num_rows, tree.batch_size
         topo = build_verify_topology(tree, seq, int(seq.sum()))
-        ref = torch.cat(
-            [torch.cat([torch.ones(n, int(seq[b]), dtype=torch.bool), topo.tree_mask[b]], 1).flatten() for b in range(bs)]
-        )
+        rows = [torch.cat([torch.ones(n, int(seq[b]), dtype=torch.bool), topo.tree_mask[b]], 1) for b in range(bs)]
+        ref = torch.cat([r.flatten() for r in rows])
         assert topo.custom_mask.numel() == full_mask_numel(int(seq.sum()), bs, n)
         assert torch.equal(topo.custom_mask, ref)
 

@@ -1,8 +1,9 @@
 """Triton kernels == the PyTorch path, run on CPU by the Triton interpreter (small sizes).
 
-Also holds our acceptance against upstream's Triton ``verify_tree_greedy`` kernel, interpreted. If Triton
-was imported before ``test/tree/conftest.py`` could set TRITON_INTERPRET, this module re-runs itself in
-a subprocess. Skipped on CUDA machines, where ``test_gpu.py`` runs the same kernels natively.
+Also holds our acceptance against upstream's Triton ``verify_tree_greedy`` kernel, interpreted.
+TRITON_INTERPRET only works if set before Triton is first imported, and setting it in this process would
+leak into every later test, so unless it is already set this module re-runs itself in a subprocess with
+it. Skipped on CUDA machines, where ``test_gpu.py`` runs the same kernels natively.
 """
 
 import os
@@ -52,6 +53,9 @@ else:
     from sglang_ddtree.tree.reference import accept_greedy_torch, build_tree_torch, build_verify_topology_torch
     from tree_cases import assert_trees_equal, random_inputs
 
+    TOPO_FIELDS = (
+        "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "tree_mask", "custom_mask"
+    )
     CONFIGS = [  # (bs, L-1, K, budget, style)
         (1, 1, 1, 1, "softmax"),
         (2, 1, 3, 1, "softmax"),
@@ -84,7 +88,8 @@ else:
         gen = torch.Generator().manual_seed(2)
         lp, ids = random_inputs(2, 4, 6, gen)
         lp_s, ids_s = lp[:, :, :3], ids[:, :, :3]  # non-contiguous views of the first 3 ranks
-        assert_trees_equal(build_tree(lp_s, ids_s, 9, backend="triton"), build_tree_torch(lp_s.contiguous(), ids_s.contiguous(), 9))
+        want = build_tree_torch(lp_s.contiguous(), ids_s.contiguous(), 9)
+        assert_trees_equal(build_tree(lp_s, ids_s, 9, backend="triton"), want)
 
     def test_topology_kernel_equals_torch():
         for cfg, lp, ids, roots, gen in _trees():
@@ -93,7 +98,7 @@ else:
             for seq_t in (seq, seq.to(torch.int32)):
                 got = build_verify_topology(tree, seq_t, int(seq.sum()), backend="triton")
                 want = build_verify_topology_torch(tree, seq, int(seq.sum()))
-                for f in ("positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "tree_mask", "custom_mask"):
+                for f in TOPO_FIELDS:
                     assert torch.equal(getattr(got, f), getattr(want, f)), (cfg, f)
             lean = build_verify_topology(tree, seq, with_tree_mask=False, backend="triton")
             assert lean.tree_mask is None and lean.custom_mask is None
@@ -144,7 +149,8 @@ else:
                 )
                 ours = accept_greedy(tree, target, backend="triton")
                 assert torch.equal(ours.accept_len, accept_num), cfg
-                glob = torch.where(ours.accepted_node_idx >= 0, ours.accepted_node_idx + torch.arange(bs)[:, None] * n, -1)
+                offs = torch.arange(bs)[:, None] * n
+                glob = torch.where(ours.accepted_node_idx >= 0, ours.accepted_node_idx + offs, -1)
                 assert torch.equal(glob.to(torch.int32), accept_index), cfg
                 last = accept_index.gather(1, accept_num.long()[:, None]).squeeze(1).long()
                 assert torch.equal(predicts.long()[last], ours.bonus_token), cfg

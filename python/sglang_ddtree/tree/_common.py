@@ -52,7 +52,7 @@ def check_tree(tree) -> None:
         t = getattr(tree, name)
         check(t, f"tree.{name}", dtype, 2, dev)
         if t.shape != shape or not t.is_contiguous():
-            raise ValueError(f"tree.{name} must be a contiguous {tuple(shape)} tensor, got {tuple(t.shape)}")
+            raise ValueError(f"tree.{name} must be contiguous {tuple(shape)}, got {tuple(t.shape)}")
     if tree.max_depth < 1:
         raise ValueError(f"tree.max_depth must be >= 1, got {tree.max_depth}")
 

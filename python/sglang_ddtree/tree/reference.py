@@ -83,7 +83,8 @@ def build_tree_reference(
     popped = []
     while heap and len(popped) < budget:
         _, path, scores = heapq.heappop(heap)
-        popped.append((path, scores[-1], (-scores[-1],) + tuple(-x for x in reversed(scores[:-1])) + path))
+        order_key = (-scores[-1],) + tuple(-x for x in reversed(scores[:-1])) + path  # within a depth
+        popped.append((path, scores[-1], order_key))
         depth, k = len(path), path[-1]
         if k + 1 < k_eff:  # next sibling
             parent_score = scores[-2] if depth > 1 else 0.0

@@ -45,7 +45,9 @@ def build_verify_topology(
     dev = tree.parents.device
     bs, n = tree.parents.shape
     if seq_lens.dim() != 1 or seq_lens.shape[0] != bs or seq_lens.device != dev:
-        raise ValueError(f"seq_lens must be [bs={bs}] on {dev}, got {tuple(seq_lens.shape)} on {seq_lens.device}")
+        raise ValueError(
+            f"seq_lens must be [bs={bs}] on {dev}, got {tuple(seq_lens.shape)} on {seq_lens.device}"
+        )
     if seq_lens.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"seq_lens must be int32 or int64, got {seq_lens.dtype}")
     if custom_mask_out is not None and seq_lens_sum is None:

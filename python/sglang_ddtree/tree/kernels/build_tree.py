@@ -1,10 +1,12 @@
 """Fused DDTree builder: one program per request keeps each depth's frontier on chip.
 
-Serves the build-tree step. Phase 1: for depth 1..L-1, the top-``budget`` of (kept parents x top-K) by an
-int64 key (score code << 31 | reversed candidate index, see ``_ordkey.py``) by merging sorted runs; the sorted
-frontier stays in registers, its keys go to a workspace. Phase 2: the global top-``budget`` over all
-depths as a per-depth count (binary search on the score code; ties to lower depth, then lower slot).
-Phase 3: breadth-first lexicographic rows, depth by depth, from per-parent child counts.
+Serves the build-tree step. Keys are int64: score code << 31 | (2**31 - 1 - candidate index), see
+``_ordkey.py`` (larger = better; ties to the lower index). Phase 1: for depth 1..L-1, the sorted
+top-``budget`` of (kept parents x top-K): the K candidate rows are already sorted runs, so log2(K)
+bitonic merge rounds suffice; the frontier stays in registers, its keys go to a workspace. Phase 2: the
+global top-``budget`` as a count per depth (binary search on the score code; ties to the lower depth,
+then the lower slot). Phase 3: rows are depth-major in frontier order, written with no cross-thread
+traffic.
 """
 
 import triton
@@ -85,7 +87,8 @@ def _top_run_of_sorted_runs(x, LOG_RUN: tl.constexpr, LOG_RUNS: tl.constexpr):
 
 @triton.jit(
     do_not_specialize=[
-        "budget", "depth_limit", "k_eff", "num_rows", "stride_lp_b", "stride_lp_d", "stride_tok_b", "stride_tok_d"
+        "budget", "depth_limit", "k_eff", "num_rows",
+        "stride_lp_b", "stride_lp_d", "stride_tok_b", "stride_tok_d",
     ]
 )
 def ddtree_build_kernel(
@@ -132,7 +135,7 @@ def ddtree_build_kernel(
         flip_row = ks_col < 0
     pslot_tile = tl.where(flip_row, BLOCK_B - 1 - cols, cols)
     cand_idx = (pslot_tile * BLOCK_K + ks_col).to(tl.int64)
-    f_key = tl.where(slots < 1, 4611686018427387904, 0).to(tl.int64)  # root: code 2**31 (score +0)
+    f_key = tl.where(slots < 1, 4611686018427387904, 0).to(tl.int64)  # root: 2**62 = code 2**31 = +0
     for d in range(depth_limit):
         lp = tl.load(lp_ptr + b * stride_lp_b + d * stride_lp_d + ks, mask=ks < k_eff, other=0.0)
         lp = tl.minimum(lp, 0.0)
