@@ -82,6 +82,8 @@ def test_topology_and_accept_cuda_equal_torch():
         want = build_verify_topology_torch(tree, seq, int(seq.sum()))
         for f in TOPO_FIELDS:
             assert torch.equal(getattr(got, f), getattr(want, f)), (case, f)
+        bounded = build_verify_topology(tree, seq, int(seq.sum()) + 100).custom_mask  # a host upper bound
+        assert torch.equal(bounded[: want.custom_mask.numel()], want.custom_mask), case
         for _ in range(3):
             target = _planted_targets(tree, gen)
             for x, y in zip(accept_greedy(tree, target), accept_greedy_torch(tree, target)):

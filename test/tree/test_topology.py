@@ -124,3 +124,12 @@ def test_int32_seq_lens_and_bad_shapes():
         build_verify_topology(tree, seq[:0])
     with pytest.raises(ValueError):
         build_verify_topology(tree, seq.float())
+
+
+def test_full_mask_with_an_upper_bound_on_seq_lens_sum():
+    """A host bound >= seq_lens.sum() (what a lagging host length gives) sizes the mask; the head is exact."""
+    for tree, seq in _random_trees(11, 10):
+        exact = build_verify_topology(tree, seq, int(seq.sum())).custom_mask
+        bound = build_verify_topology(tree, seq, int(seq.sum()) + 37).custom_mask
+        assert bound.numel() == exact.numel() + 37 * tree.num_rows
+        assert torch.equal(bound[: exact.numel()], exact)

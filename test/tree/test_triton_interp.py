@@ -100,6 +100,8 @@ else:
                 want = build_verify_topology_torch(tree, seq, int(seq.sum()))
                 for f in TOPO_FIELDS:
                     assert torch.equal(getattr(got, f), getattr(want, f)), (cfg, f)
+            bounded = build_verify_topology(tree, seq, int(seq.sum()) + 5, backend="triton").custom_mask
+            assert torch.equal(bounded[: want.custom_mask.numel()], want.custom_mask), cfg
             lean = build_verify_topology(tree, seq, with_tree_mask=False, backend="triton")
             assert lean.tree_mask is None and lean.custom_mask is None
             assert torch.equal(lean.retrieve_next_token, want.retrieve_next_token)

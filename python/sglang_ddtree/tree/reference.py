@@ -203,18 +203,20 @@ def tree_mask_torch(tree: Tree) -> torch.Tensor:
 def full_mask_torch(tree_mask: torch.Tensor, seq_lens: torch.Tensor, seq_lens_sum: int) -> torch.Tensor:
     """FULL_MASK custom mask: per request N x (seq_lens[b] + N), prefix all True, row-major, concatenated.
 
-    Shape: tree_mask [bs, N, N] bool, seq_lens [bs] int -> [seq_lens_sum * N + bs * N * N] bool.
+    Shape: tree_mask [bs, N, N] bool, seq_lens [bs] int, seq_lens_sum host int >= seq_lens.sum()
+    -> [seq_lens_sum * N + bs * N * N] bool; elements past the last request's rows are True.
     """
     bs, n, _ = tree_mask.shape
     dev = tree_mask.device
     seq = seq_lens.to(torch.int64)
     width = seq + n
-    sizes = width * n
-    total = seq_lens_sum * n + bs * n * n
-    b = torch.repeat_interleave(torch.arange(bs, device=dev), sizes, output_size=total)
-    local = torch.arange(total, device=dev) - (sizes.cumsum(0) - sizes)[b]
-    r, c = local // width[b], local % width[b] - seq[b]
-    return (c < 0) | tree_mask[b, r, c.clamp(min=0)]
+    ends = (width * n).cumsum(0)
+    flat = torch.arange(seq_lens_sum * n + bs * n * n, device=dev)
+    b_raw = torch.searchsorted(ends, flat, right=True)  # request of each element; bs past the end
+    b = b_raw.clamp(max=max(bs - 1, 0))
+    local = flat - (ends - width * n)[b]
+    r, c = (local // width[b]).clamp(max=n - 1), local % width[b] - seq[b]
+    return (c < 0) | (b_raw >= bs) | tree_mask[b, r, c.clamp(min=0)]
 
 
 def retrieve_indices_torch(tree: Tree):

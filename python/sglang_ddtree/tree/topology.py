@@ -34,9 +34,10 @@ def build_verify_topology(
     """Verify inputs for a tree: masks, positions and retrieve links.
 
     Shape: seq_lens [bs] int32/int64 (tokens already in the KV cache; the root sits at position
-    seq_lens[b]); seq_lens_sum a host int equal to seq_lens.sum() (the caller's batch already knows it)
-    or None to skip the FULL_MASK. ``custom_mask_out``: optional preallocated 1-D bool buffer with at least
-    :func:`full_mask_numel` elements (e.g. a CUDA-graph buffer); only its head is written.
+    seq_lens[b]); seq_lens_sum a host int >= seq_lens.sum() (the exact sum gives the exact mask; a larger
+    bound sizes the mask and leaves its tail unspecified), or None to skip the FULL_MASK.
+    ``custom_mask_out``: optional preallocated 1-D bool buffer with at least :func:`full_mask_numel`
+    elements (e.g. a CUDA-graph buffer); only its head (the requests' rows) is written.
     Memory: the FULL_MASK costs N * (prefix + N) bytes per request (N = 513, prefix 4096: 2.4 MB);
     the compact tree mask N * N bytes per request. Returns :class:`VerifyTopology` (pads: positions
     seq_lens[b], no links, mask rows that see the prefix and themselves). No host sync.
