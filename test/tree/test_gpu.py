@@ -129,8 +129,24 @@ def test_topology_equals_sgl_kernel_reconstruct_indices():
         assert all(torch.equal(a, b) for a, b in zip(ref, (positions, ridx, rnext, rsib)))
 
 
-def test_accept_equals_sgl_kernel_verify_tree_greedy():
-    verify = _sgl_verify()
+def _upstream_triton_verify():
+    spec_tree = pytest.importorskip("sglang.kernels.ops.speculative.spec_tree")
+
+    def verify(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+               retrive_next_sibling, target_predict):
+        bs, n = candidates.shape
+        spec_tree.verify_tree_greedy_kernel_triton[(bs,)](
+            predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
+            retrive_next_sibling, target_predict,
+            batch_size=bs, num_speculative_tokens=accept_index.shape[1], num_draft_tokens=n,
+        )
+
+    return verify
+
+
+@pytest.mark.parametrize("which", ["sgl_kernel", "sglang_triton"])
+def test_accept_equals_upstream_verify_tree_greedy(which):
+    verify = _sgl_verify() if which == "sgl_kernel" else _upstream_triton_verify()
     gen = torch.Generator().manual_seed(3)
     for case in _cases(3, 10):
         lp, ids, roots = _inputs(case, gen)
