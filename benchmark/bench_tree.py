@@ -192,6 +192,7 @@ def main() -> int:
                 rec = {"bs": bs, "budget": budget, "error": repr(exc)}
                 rec["traceback"] = traceback.format_exc()[-2000:]
             rec["wall_s"] = round(time.perf_counter() - t0, 2)
+            torch.cuda.empty_cache()  # the PyTorch path's FULL_MASK temporaries are large at bs 64
             result["results"].append(rec)
             print(json.dumps(rec), flush=True)
             with open(args.out, "w") as f:  # partial results survive a timeout
