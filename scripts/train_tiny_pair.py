@@ -327,11 +327,17 @@ def train_target(args, work: str, tok, data: dict, log: Log) -> dict:
         t_last = now
         if bar:
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched(step):.2e}", refresh=False)
-        if step % args.log_every == 0:
+        if step % args.log_every == 0:  # the only per-step host sync
             log(stage="target", step=step, loss=loss.item(), lr=sched(step), elapsed=round(st["elapsed"], 1))
-        last = sched.done(step)
-        if step % args.eval_every == 0 or last:
+            if bar:
+                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched(step):.2e}", refresh=False)
+        if sched.decay_start is None:
+            if step >= int(args.target_max_steps * (1 - args.decay_frac)):
+                sched.start_decay(step, args.target_max_steps - step, "step cap")
+            elif st["elapsed"] >= args.target_max_seconds * (1 - args.decay_frac):
+                left = args.target_max_seconds - st["elapsed"]
+                sched.start_decay(step, int(max(left, 0) / (st["elapsed"] / step)), "time cap")
+        if step % args.eval_every == 0 or sched.done(step):
             val = target_val_loss(model, data["val"], args)
             st["evals"].append([step, val])
             if val < st["best"] * (1 - args.plateau_tol):
@@ -339,20 +345,14 @@ def train_target(args, work: str, tok, data: dict, log: Log) -> dict:
             else:
                 st["best"], st["bad"] = min(st["best"], val), st["bad"] + 1
             log(stage="target", step=step, val_loss=val, best=st["best"], bad_evals=st["bad"])
-            if sched.decay_start is None:
-                per_step = st["elapsed"] / step
-                if st["bad"] >= args.patience:
-                    sched.start_decay(step, int(args.decay_frac * step), "val loss plateau")
-                elif step >= args.target_max_steps:
-                    sched.start_decay(step, int(args.decay_frac * step), "step cap")
-                elif st["elapsed"] >= args.target_max_seconds * (1 - args.decay_frac):
-                    left = args.target_max_seconds - st["elapsed"]
-                    sched.start_decay(step, int(max(left, 0) / per_step), "time cap")
-                if sched.decay_start is not None:
-                    log(stage="target", step=step, decay_from=step, decay_steps=sched.decay_len, reason=sched.reason)
-                    if bar:
-                        bar.total = step + sched.decay_len
-                save()
+            if sched.decay_start is None and st["bad"] >= args.patience:
+                sched.start_decay(step, min(int(args.decay_frac * step), args.target_max_steps - step),
+                                  "val loss plateau")
+            save()
+        if sched.decay_start == step:
+            log(stage="target", step=step, decay_steps=sched.decay_len, reason=sched.reason)
+            if bar:
+                bar.total = step + sched.decay_len
         if step % args.ckpt_every == 0:
             save()
     if bar:
@@ -360,7 +360,7 @@ def train_target(args, work: str, tok, data: dict, log: Log) -> dict:
     save()
     tmp = out_dir + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
+    model.cpu().to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
@@ -534,9 +534,10 @@ def train_draft(args, work: str, tok, target: RefQwen3, distill: dict, log: Log)
         t_last = now
         if bar:
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched(step):.2e}", refresh=False)
-        if step % args.log_every == 0:
+        if step % args.log_every == 0:  # the only per-step host sync
             log(stage="draft", step=step, loss=loss.item(), lr=sched(step), elapsed=round(st["elapsed"], 1))
+            if bar:
+                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched(step):.2e}", refresh=False)
         if sched.decay_start is None:
             if step >= int(args.draft_steps * (1 - args.decay_frac)):
                 sched.start_decay(step, args.draft_steps - step, "step schedule")
@@ -558,11 +559,12 @@ def train_draft(args, work: str, tok, target: RefQwen3, distill: dict, log: Log)
     final = draft_val_metrics(target, drafter, distill["val"], P, args)
     out_dir = os.path.join(work, "draft")
     shutil.rmtree(out_dir, ignore_errors=True)
-    drafter.save_pretrained(out_dir, dtype=torch.bfloat16)
+    drafter.cpu().save_pretrained(out_dir, dtype=torch.bfloat16)
     tok.save_pretrained(out_dir)
     stats = {"params": sum(p.numel() for p in drafter.parameters()), "steps": st["step"],
              "train_seconds": round(st["elapsed"], 1), "blocks_seen": st["step"] * args.draft_batch * args.anchors_per_seq,
-             "val_evals": st["evals"], "final": final, "stop_reason": sched.reason}
+             "val_evals": st["evals"], "final": final, "stop_reason": sched.reason,
+             "max_seconds": round(args.draft_max_seconds, 1)}
     write_json(stats, stats_path)
     return stats
 
@@ -657,7 +659,7 @@ def parse_args(argv=None):
     a.add_argument("--batch", type=int, default=32)
     a.add_argument("--target-lr", type=float, default=2e-3)
     a.add_argument("--target-max-steps", type=int, default=6000)
-    a.add_argument("--target-max-seconds", type=float, default=150.0)
+    a.add_argument("--target-max-seconds", type=float, default=140.0)
     a.add_argument("--val-windows", type=int, default=128, help="validation windows of --seq-len tokens")
     a.add_argument("--plateau-tol", type=float, default=0.005, help="relative val-loss gain that counts as progress")
     a.add_argument("--patience", type=int, default=3, help="evals without progress that end the stable phase")
@@ -668,19 +670,23 @@ def parse_args(argv=None):
     a.add_argument("--log-every", type=int, default=50)
     a.add_argument("--ckpt-every", type=int, default=500)
     a = ap.add_argument_group("distillation text")
-    a.add_argument("--distill-seqs", type=int, default=4096)
+    a.add_argument("--distill-seqs", type=int, default=16384)
     a.add_argument("--distill-val-seqs", type=int, default=128)
     a.add_argument("--distill-prompt-len", type=int, default=64)
     a.add_argument("--distill-gen-len", type=int, default=256)
-    a.add_argument("--distill-batch", type=int, default=512)
+    a.add_argument("--distill-batch", type=int, default=1024)
     a = ap.add_argument_group("drafter")
     a.add_argument("--draft-layers", type=int, default=2)
     a.add_argument("--draft-intermediate", type=int, default=512)
     a.add_argument("--block-size", type=int, default=16)
     a.add_argument("--target-layer-ids", default="0,1,2")
-    a.add_argument("--draft-lr", type=float, default=1.5e-3)
-    a.add_argument("--draft-steps", type=int, default=3000)
+    a.add_argument("--draft-lr", type=float, default=2e-3)
+    a.add_argument("--draft-steps", type=int, default=20000)
     a.add_argument("--draft-max-seconds", type=float, default=100.0)
+    a.add_argument("--time-budget", type=float, default=0.0,
+                   help="seconds for the whole run (0 = none): the drafter also gets what the earlier stages "
+                        "left over, minus --eval-reserve")
+    a.add_argument("--eval-reserve", type=float, default=60.0)
     a.add_argument("--draft-batch", type=int, default=64)
     a.add_argument("--anchors-per-seq", type=int, default=32)
     a.add_argument("--loss-gamma", type=float, default=7.0, help="DFlash position decay (7 for block 16)")
@@ -745,6 +751,7 @@ def main(argv=None) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     times = {}
+    t_start = time.time()
 
     def timed(name, fn, *a):
         t0 = time.time()
@@ -758,6 +765,9 @@ def main(argv=None) -> dict:
     target_stats = timed("target", train_target, args, work, tok, data, log)
     target = load_target_ref(work, args.device)
     distill = timed("distill", build_distill, args, work, data, target, log)
+    if args.time_budget:
+        left = args.time_budget - (time.time() - t_start) - args.eval_reserve
+        args.draft_max_seconds = max(args.draft_max_seconds, left)
     draft_stats = timed("draft", train_draft, args, work, tok, target, distill, log)
     del target
     accept = timed("eval", eval_accept, args, work, data, log)

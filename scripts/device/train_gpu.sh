@@ -33,7 +33,7 @@ PY
 cat "$OUT/env.txt"
 t0=$(date +%s)
 timeout -k 10 "${TRAIN_TIMEOUT:-400}" python3 scripts/train_tiny_pair.py --device "${DEVICE:-cuda}" --work "$WORK" \
-  --out "$WORK/pair" "$@" > "$OUT/train.log" 2>&1
+  --out "$WORK/pair" --time-budget "${TIME_BUDGET:-300}" "$@" > "$OUT/train.log" 2>&1
 rc=$?
 echo "train_tiny_pair exit $rc after $(( $(date +%s) - t0 )) s"
 cp "$WORK/train_log.jsonl" "$OUT/" 2>/dev/null
