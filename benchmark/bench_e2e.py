@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""End-to-end decode benchmark in one run: autoregressive vs DFLASH vs DDTREE on the same engine settings.
+
+One ``sglang.Engine`` per configuration, started one after another in this process (SGLang spawns its
+scheduler, so run this file as a script). For every configuration and batch size it decodes the same
+greedy prompts (``ignore_eos``), records output tokens per second (wall clock of ``generate``, short
+prompts, so decode dominates), the mean accept length reported in ``meta_info``, and whether every
+output equals the autoregressive configuration's output token for token. Writes one JSON file with the
+GPU, versions and the exact command.
+
+    python benchmark/bench_e2e.py --target T --draft D --out benchmark/results/e2e.json \
+        --configs plain,dflash,ddtree:16:4,ddtree:64:8 [--bs 1,16] [--attention-backend triton]
+Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+# Short code prompts written for this benchmark (the tiny pair is trained on Python source).
+PROMPTS = [
+    "def fibonacci(n):\n    ",
+    "class LRUCache:\n    def __init__(self, capacity):\n        ",
+    "import os\nimport sys\n\n\ndef main(argv=None):\n    ",
+    "def read_config(path):\n    with open(path) as f:\n        ",
+    "    for i in range(len(items)):\n        if ",
+    "def is_prime(n):\n    if n < 2:\n        return False\n    ",
+    "class Stack:\n    def push(self, item):\n        ",
+    "try:\n    import json\nexcept ImportError:\n    ",
+    "def __repr__(self):\n        return ",
+    "    def __eq__(self, other):\n        if not isinstance(other, ",
+    "def parse_args(args):\n    parser = argparse.ArgumentParser(",
+    "        raise ValueError(\"",
+    "def merge(a, b):\n    result = []\n    ",
+    "    @property\n    def name(self):\n        ",
+    "if __name__ == \"__main__\":\n    ",
+    "def flatten(nested):\n    for item in nested:\n        ",
+]
+
+COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
+              sampling_backend="pytorch", cuda_graph_max_bs_decode=16, log_level="error")
+
+
+def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
+    kw = dict(attention_backend=backend)
+    if spec == "plain":
+        return kw
+    if spec == "dflash":
+        return dict(kw, speculative_algorithm="DFLASH", speculative_draft_model_path=draft)
+    name, budget, topk = spec.split(":")
+    if name != "ddtree":
+        raise ValueError(f"unknown config {spec!r}: use plain | dflash | ddtree:<budget>:<topk>")
+    return dict(kw, speculative_algorithm="DDTREE", speculative_draft_model_path=draft,
+                speculative_ddtree_budget=int(budget), speculative_ddtree_topk=int(topk))
+
+
+def run_config(spec, target, draft, prompts, args) -> dict:
+    import sglang
+
+    t0 = time.time()
+    engine = sglang.Engine(model_path=target, **{**COMMON, **engine_kwargs(spec, draft, args.attention_backend)})
+    rec = {"config": spec, "start_s": round(time.time() - t0, 1), "by_bs": {}}
+    params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
+    try:
+        engine.generate(input_ids=prompts[:2], sampling_params=dict(params, max_new_tokens=16))  # warm-up
+        for bs in args.bs:
+            outs, accepts, n_tok = [], [], 0
+            t = time.perf_counter()
+            for s in range(0, len(prompts), bs):
+                for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
+                    outs.append(list(r["output_ids"]))
+                    n_tok += len(r["output_ids"])
+                    accepts.append(r["meta_info"].get("spec_accept_length"))
+            wall = time.perf_counter() - t
+            acc = [a for a in accepts if a is not None]
+            rec["by_bs"][str(bs)] = {
+                "requests": len(outs), "output_tokens": n_tok, "wall_s": round(wall, 3),
+                "tokens_per_s": round(n_tok / wall, 1),
+                "mean_accept_length": round(sum(acc) / len(acc), 3) if acc else None,
+                "outputs": outs,
+            }
+    finally:
+        engine.shutdown()
+    return rec
+
+
+def environment(argv) -> dict:
+    import torch
+
+    env = {"command": " ".join([os.path.basename(sys.executable)] + argv), "python": platform.python_version(),
+           "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for mod in ("sglang", "triton", "sglang_ddtree"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception as e:  # record, do not fail the run
+            env[mod] = f"unavailable: {e}"
+    return env
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--configs", default="plain,dflash,ddtree:16:4,ddtree:64:8")
+    ap.add_argument("--bs", default="1,16", help="comma-separated batch sizes")
+    ap.add_argument("--num-prompts", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--deadline-s", type=float, default=1e9, help="start no new engine after this many seconds")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    args.bs = [int(b) for b in args.bs.split(",")]
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.target)
+    prompts = [tok.encode(PROMPTS[i % len(PROMPTS)]) for i in range(args.num_prompts)]
+    report = {"environment": environment(argv), "settings": {**COMMON, "attention_backend": args.attention_backend,
+              "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
+              "target": args.target, "draft": args.draft}, "results": []}
+    t_start = time.time()
+    for spec in args.configs.split(","):
+        if time.time() - t_start > args.deadline_s:
+            print(f"[bench_e2e] deadline reached, skipping {spec}", flush=True)
+            report["results"].append({"config": spec, "skipped": "deadline"})
+            continue
+        print(f"[bench_e2e] {spec} ({time.time() - t_start:.0f} s)", flush=True)
+        try:
+            rec = run_config(spec, args.target, args.draft, prompts, args)
+        except Exception as e:  # record and go on with the next configuration
+            import traceback
+
+            rec = {"config": spec, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        report["results"].append(rec)
+        _summarise(report)
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    _summarise(report, final=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    return 0
+
+
+def _summarise(report, final=False) -> None:
+    """Add token-equality vs the plain config and print one line per (config, bs)."""
+    plain = next((r for r in report["results"] if r.get("config") == "plain" and "by_bs" in r), None)
+    for rec in report["results"]:
+        for bs, m in rec.get("by_bs", {}).items():
+            if plain is not None and bs in plain["by_bs"]:
+                ref = plain["by_bs"][bs]["outputs"]
+                m["equal_to_plain"] = f"{sum(a == b for a, b in zip(m['outputs'], ref))}/{len(ref)}"
+            if final:
+                print(f"[bench_e2e] {rec['config']:>14} bs {bs:>3}: {m['tokens_per_s']:>8.1f} tok/s, accept "
+                      f"{m['mean_accept_length']}, == plain {m.get('equal_to_plain')}", flush=True)
+        if final and "error" in rec:
+            print(f"[bench_e2e] {rec['config']}: {rec['error']}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
