@@ -1,0 +1,33 @@
+"""benchmark/bench_e2e.py's CPU-side logic: config specs and the token-equality summary."""
+
+import importlib.util
+import os
+
+import pytest
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmark", "bench_e2e.py")
+spec = importlib.util.spec_from_file_location("bench_e2e", _PATH)
+bench_e2e = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_e2e)
+
+
+def test_config_specs():
+    assert bench_e2e.engine_kwargs("plain", "D", "triton") == {"attention_backend": "triton"}
+    assert bench_e2e.engine_kwargs("dflash", "D", "flashinfer") == {
+        "attention_backend": "flashinfer", "speculative_algorithm": "DFLASH", "speculative_draft_model_path": "D"}
+    assert bench_e2e.engine_kwargs("ddtree:64:8", "D", "triton") == {
+        "attention_backend": "triton", "speculative_algorithm": "DDTREE", "speculative_draft_model_path": "D",
+        "speculative_ddtree_budget": 64, "speculative_ddtree_topk": 8}
+    with pytest.raises(ValueError, match="unknown config 'eagle:1:1'"):
+        bench_e2e.engine_kwargs("eagle:1:1", "D", "triton")
+
+
+def test_summary_counts_outputs_equal_to_plain(capsys):
+    def rec(config, outs):
+        return {"config": config, "by_bs": {"1": {"outputs": outs, "tokens_per_s": 1.0, "mean_accept_length": None}}}
+
+    report = {"results": [rec("plain", [[1, 2], [3, 4]]), rec("ddtree:4:2", [[1, 2], [3, 5]])]}
+    bench_e2e._summarise(report, final=True)
+    assert report["results"][1]["by_bs"]["1"]["equal_to_plain"] == "1/2"
+    assert report["results"][0]["by_bs"]["1"]["equal_to_plain"] == "2/2"
+    assert "ddtree:4:2 bs   1" in capsys.readouterr().out
