@@ -439,28 +439,40 @@ def sample_anchors(B: int, n: int, lo: int, hi: int, g: torch.Generator) -> torc
 
 @torch.no_grad()
 def draft_val_metrics(target, drafter, seqs: torch.Tensor, prompt_len: int, args) -> dict:
-    """Val loss, per-depth accuracy and the chain accept length on fixed anchors of held-out distill
-    text. In target-greedy text the DFLASH accept length of a block is exactly 1 + its run of correct
-    leading predictions, so ``accept_len`` estimates DFLASH's tokens per round."""
+    """Drafter metrics on held-out distillation text, from its predictions at EVERY anchor.
+    In target-greedy text a DFLASH round anchored at a accepts exactly the run r(a) of correct leading
+    predictions, and the next round is anchored at a + r(a) + 1; walking that chain from the first
+    generated token reproduces greedy DFLASH decoding, so ``accept_len`` is DFLASH's tokens per round
+    (bonus included) on these sequences. Also: the weighted val loss, and accuracy by depth."""
     L, T = drafter.config.block_size, seqs.shape[1]
-    g = torch.Generator().manual_seed(12345)
+    first = prompt_len - 1
     w = position_weights(L, args.loss_gamma, args.device)
-    losses, runs, correct, count = [], [], torch.zeros(L - 1), 0
+    loss = wsum = 0.0
+    correct, count, tokens, rounds, pos_runs = torch.zeros(L - 1), 0, 0, 0, []
     drafter.eval()
-    for i in range(0, len(seqs), args.draft_batch):
-        x = seqs[i:i + args.draft_batch].long().to(args.device)
-        anchors = sample_anchors(x.shape[0], args.anchors_per_seq, prompt_len - 1, T - L, g).to(args.device)
+    for i in range(0, len(seqs), args.val_seq_batch):
+        x = seqs[i:i + args.val_seq_batch].long().to(args.device)
+        anchors = torch.arange(first, T - L + 1, device=args.device).expand(x.shape[0], -1)
         with autocast(args.device):
-            losses.append(dflash_loss(target, drafter, x, anchors, w).item())
             block_ids, positions, labels, mask = training_blocks(x, anchors, L, drafter.config.mask_token_id)
             logits = draft_logits(target, drafter, x, block_ids, positions, mask)
-        hit = (logits.argmax(-1) == labels).view(-1, L)[:, 1:].float().cpu()  # [blocks, L-1]
-        correct += hit.sum(0)
-        count += hit.shape[0]
-        runs.append(hit.cumprod(1).sum(1))
+        ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="none")
+        wl = w.repeat(anchors.shape[1]).expand(x.shape[0], -1).flatten()
+        loss += (ce * wl).sum().item()
+        wsum += wl.sum().item()
+        hit = (logits.argmax(-1) == labels).view(x.shape[0], -1, L)[:, :, 1:].cpu()  # [B, anchors, L-1]
+        correct += hit.flatten(0, 1).float().sum(0)
+        count += hit.shape[0] * hit.shape[1]
+        runs = hit.int().cumprod(-1).sum(-1)  # [B, anchors]: accepted draft tokens per anchor
+        pos_runs.append(runs.flatten().float())
+        for row in runs.tolist():
+            a = 1  # the first generated token is the first bonus token
+            while a < len(row):
+                tokens, rounds, a = tokens + row[a] + 1, rounds + 1, a + row[a] + 1
     drafter.train()
     acc = (correct / count).tolist()
-    return {"val_loss": sum(losses) / len(losses), "accept_len": 1.0 + torch.cat(runs).mean().item(),
+    return {"val_loss": loss / wsum, "accept_len": tokens / max(rounds, 1),
+            "accept_len_per_position": 1.0 + torch.cat(pos_runs).mean().item(),
             "acc_depth1": acc[0], "acc_by_depth": [round(a, 4) for a in acc]}
 
 
@@ -690,6 +702,7 @@ def parse_args(argv=None):
     a.add_argument("--draft-batch", type=int, default=64)
     a.add_argument("--anchors-per-seq", type=int, default=32)
     a.add_argument("--loss-gamma", type=float, default=7.0, help="DFlash position decay (7 for block 16)")
+    a.add_argument("--val-seq-batch", type=int, default=8, help="held-out sequences per drafter validation forward")
     a = ap.add_argument_group("evaluation")
     a.add_argument("--eval-prompts", type=int, default=24)
     a.add_argument("--eval-prompt-len", type=int, default=64)
@@ -703,7 +716,7 @@ def parse_args(argv=None):
             batch=8, target_max_steps=20, target_max_seconds=30.0, val_windows=8, warmup=5, eval_every=10,
             log_every=10, ckpt_every=10, distill_seqs=16, distill_val_seqs=4, distill_prompt_len=16,
             distill_gen_len=40, distill_batch=16, draft_steps=20, draft_max_seconds=20.0, draft_batch=4,
-            anchors_per_seq=4, eval_prompts=2, eval_prompt_len=16, eval_new_tokens=24, eval_workers=1)
+            anchors_per_seq=4, val_seq_batch=2, eval_prompts=2, eval_prompt_len=16, eval_new_tokens=24, eval_workers=1)
     args = ap.parse_args(argv)
     args.target_layer_ids = [int(i) for i in args.target_layer_ids.split(",")]
     args.budgets = [int(b) for b in args.budgets.split(",")]
