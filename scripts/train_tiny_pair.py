@@ -671,7 +671,7 @@ def parse_args(argv=None):
     a.add_argument("--batch", type=int, default=32)
     a.add_argument("--target-lr", type=float, default=2e-3)
     a.add_argument("--target-max-steps", type=int, default=6000)
-    a.add_argument("--target-max-seconds", type=float, default=140.0)
+    a.add_argument("--target-max-seconds", type=float, default=120.0)
     a.add_argument("--val-windows", type=int, default=128, help="validation windows of --seq-len tokens")
     a.add_argument("--plateau-tol", type=float, default=0.005, help="relative val-loss gain that counts as progress")
     a.add_argument("--patience", type=int, default=3, help="evals without progress that end the stable phase")
@@ -696,9 +696,9 @@ def parse_args(argv=None):
     a.add_argument("--draft-steps", type=int, default=20000)
     a.add_argument("--draft-max-seconds", type=float, default=100.0)
     a.add_argument("--time-budget", type=float, default=0.0,
-                   help="seconds for the whole run (0 = none): the drafter also gets what the earlier stages "
-                        "left over, minus --eval-reserve")
-    a.add_argument("--eval-reserve", type=float, default=60.0)
+                   help="seconds for the whole run (0 = none): the drafter then trains until --eval-reserve "
+                        "seconds before it (but at least 60 s), instead of --draft-max-seconds")
+    a.add_argument("--eval-reserve", type=float, default=50.0)
     a.add_argument("--draft-batch", type=int, default=64)
     a.add_argument("--anchors-per-seq", type=int, default=32)
     a.add_argument("--loss-gamma", type=float, default=7.0, help="DFlash position decay (7 for block 16)")
@@ -780,7 +780,7 @@ def main(argv=None) -> dict:
     distill = timed("distill", build_distill, args, work, data, target, log)
     if args.time_budget:
         left = args.time_budget - (time.time() - t_start) - args.eval_reserve
-        args.draft_max_seconds = max(args.draft_max_seconds, left)
+        args.draft_max_seconds = max(60.0, left)
     draft_stats = timed("draft", train_draft, args, work, tok, target, distill, log)
     del target
     accept = timed("eval", eval_accept, args, work, data, log)
