@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import List, Tuple
 
+from sglang_ddtree.worker import hooks as _worker_hooks
+
 # (dotted path, what we use it for)
 UPSTREAM_SYMBOLS: Tuple[Tuple[str, str], ...] = (
     ("sglang.srt.plugins.load_plugins", "plugin loading"),
@@ -26,7 +28,7 @@ UPSTREAM_SYMBOLS: Tuple[Tuple[str, str], ...] = (
     ("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
     ("sglang.srt.managers.overlap_utils.FutureMap", "DDTreeSpecAlgo.create_future_map"),
     ("sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2", "base class of the DDTREE worker"),
-)
+) + tuple((target, "worker hook (sglang_ddtree.worker.hooks)") for target in _worker_hooks.HOOK_TARGETS)
 
 
 def resolve(path: str):

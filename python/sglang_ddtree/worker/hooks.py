@@ -94,6 +94,15 @@ def req_to_token_extra_context_len(original, server_args):
     return max(value, 4 + _reserve_per_decode(server_args))
 
 
+# Upstream function -> our AROUND hook (sglang_ddtree.compat lists the targets for the doctor).
+HOOK_TARGETS = {
+    _RUNNER: runner_get_spec_info,
+    _DUMMY: create_dummy_verify_input,
+    _ALLOC_LEN: alloc_len_per_decode,
+    _EXTRA_CTX: req_to_token_extra_context_len,
+}
+
+
 def install_hooks() -> None:
     """Register the hooks above with SGLang's HookRegistry (idempotent, imports nothing heavy)."""
     global _installed
@@ -101,11 +110,6 @@ def install_hooks() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    for target, hook in (
-        (_RUNNER, runner_get_spec_info),
-        (_DUMMY, create_dummy_verify_input),
-        (_ALLOC_LEN, alloc_len_per_decode),
-        (_EXTRA_CTX, req_to_token_extra_context_len),
-    ):
+    for target, hook in HOOK_TARGETS.items():
         HookRegistry.register(target, hook, HookType.AROUND)
     _installed = True
