@@ -128,6 +128,43 @@ def autocast(device: str):
 
 
 # ---------------------------------------------------------------- corpus + tokenizer
+def optimizer_step(model, opt, loss, st: dict, t_last: float, bar) -> float:
+    """Backward, clip the gradient norm to 1, step; count the step and its wall time in ``st``.
+    Returns the new clock for the next step's timing."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    st["step"] += 1
+    now = time.time()
+    st["elapsed"] += now - t_last
+    if bar:
+        bar.update(1)
+    return now
+
+
+def log_train_step(log, stage: str, st: dict, loss, sched, bar, every: int) -> None:
+    """Every ``every`` steps: log loss / lr / elapsed (the only per-step host sync) and update the bar."""
+    if st["step"] % every:
+        return
+    value, lr = loss.item(), sched(st["step"])
+    log(stage=stage, step=st["step"], loss=value, lr=lr, elapsed=round(st["elapsed"], 1))
+    if bar:
+        bar.set_postfix(loss=f"{value:.3f}", lr=f"{lr:.2e}", refresh=False)
+
+
+def decay_at_caps(sched, st: dict, max_steps: int, max_seconds: float, decay_frac: float, step_reason: str) -> None:
+    """Start the LR decay early enough that training ends by ``max_steps`` steps or ``max_seconds``."""
+    step = st["step"]
+    if sched.decay_start is not None:
+        return
+    if step >= int(max_steps * (1 - decay_frac)):
+        sched.start_decay(step, max_steps - step, step_reason)
+    elif st["elapsed"] >= max_seconds * (1 - decay_frac):
+        left = max_seconds - st["elapsed"]
+        sched.start_decay(step, int(max(left, 0) / (st["elapsed"] / step)), "time cap")
+
+
 def stdlib_files(max_bytes: int):
     """(relative path, text) of the standard library's .py files in sorted order, at most max_bytes."""
     root = sysconfig.get_paths()["stdlib"]
@@ -317,26 +354,10 @@ def train_target(args, work: str, tok, data: dict, log: Log) -> dict:
         with autocast(args.device):
             logits = model(input_ids=x[:, :-1]).logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        st["step"] = step = step + 1
-        now = time.time()
-        st["elapsed"] += now - t_last
-        t_last = now
-        if bar:
-            bar.update(1)
-        if step % args.log_every == 0:  # the only per-step host sync
-            log(stage="target", step=step, loss=loss.item(), lr=sched(step), elapsed=round(st["elapsed"], 1))
-            if bar:
-                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched(step):.2e}", refresh=False)
-        if sched.decay_start is None:
-            if step >= int(args.target_max_steps * (1 - args.decay_frac)):
-                sched.start_decay(step, args.target_max_steps - step, "step cap")
-            elif st["elapsed"] >= args.target_max_seconds * (1 - args.decay_frac):
-                left = args.target_max_seconds - st["elapsed"]
-                sched.start_decay(step, int(max(left, 0) / (st["elapsed"] / step)), "time cap")
+        t_last = optimizer_step(model, opt, loss, st, t_last, bar)
+        step = st["step"]
+        log_train_step(log, "target", st, loss, sched, bar, args.log_every)
+        decay_at_caps(sched, st, args.target_max_steps, args.target_max_seconds, args.decay_frac, "step cap")
         if step % args.eval_every == 0 or sched.done(step):
             val = target_val_loss(model, data["val"], args)
             st["evals"].append([step, val])
@@ -536,28 +557,12 @@ def train_draft(args, work: str, tok, target: RefQwen3, distill: dict, log: Log)
             group["lr"] = sched(step)
         with autocast(args.device):
             loss = dflash_loss(target, drafter, x, anchors, w)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-        opt.step()
-        st["step"] = step = step + 1
-        now = time.time()
-        st["elapsed"] += now - t_last
-        t_last = now
-        if bar:
-            bar.update(1)
-        if step % args.log_every == 0:  # the only per-step host sync
-            log(stage="draft", step=step, loss=loss.item(), lr=sched(step), elapsed=round(st["elapsed"], 1))
-            if bar:
-                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched(step):.2e}", refresh=False)
-        if sched.decay_start is None:
-            if step >= int(args.draft_steps * (1 - args.decay_frac)):
-                sched.start_decay(step, args.draft_steps - step, "step schedule")
-            elif st["elapsed"] >= args.draft_max_seconds * (1 - args.decay_frac):
-                left = args.draft_max_seconds - st["elapsed"]
-                sched.start_decay(step, int(max(left, 0) / (st["elapsed"] / step)), "time cap")
-                if bar:
-                    bar.total = step + sched.decay_len
+        t_last = optimizer_step(drafter, opt, loss, st, t_last, bar)
+        step = st["step"]
+        log_train_step(log, "draft", st, loss, sched, bar, args.log_every)
+        decay_at_caps(sched, st, args.draft_steps, args.draft_max_seconds, args.decay_frac, "step schedule")
+        if bar and sched.decay_start == step:
+            bar.total = step + sched.decay_len
         if step % args.eval_every == 0 or sched.done(step):
             m = draft_val_metrics(target, drafter, distill["val"], P, args)
             st["evals"].append([step, m["val_loss"], m["accept_len"]])
