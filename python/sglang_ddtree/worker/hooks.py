@@ -9,6 +9,9 @@
   scheduler's memory estimate and the req_to_token row headroom must cover DDTree's per-round
   reservation (``RoundGeometry.reserve_per_decode``), which exceeds 2 * (budget + 1) when
   budget + 1 < L.
+- Observability (``metrics``): the scheduler's decode-result and decode-log functions and the
+  tokenizer's per-request spec metrics, for DDTREE's accept rate and accept-length histogram.
+- ``dflash_utils.validate_dflash_request``: DDTREE's per-request refusals (``request_checks``).
 ``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 
 from sglang_ddtree.config import ALGORITHM_NAME
+from sglang_ddtree.worker import metrics, request_checks
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +30,12 @@ _RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaG
 _DUMMY = "sglang.srt.speculative.spec_info.create_dummy_verify_input"
 _ALLOC_LEN = "sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode"
 _EXTRA_CTX = "sglang.srt.mem_cache.allocation_sizing.get_req_to_token_extra_context_len"
+_RESOLVE = ("sglang.srt.managers.scheduler_components.batch_result_processor."
+            "SchedulerBatchResultProcessor._resolve_spec_v2_tokens")
+_DECODE_LOG = ("sglang.srt.managers.scheduler_components.metrics_reporter."
+               "SchedulerMetricsReporter.report_decode_stats")
+_REQ_METRICS = "sglang.srt.managers.tokenizer_manager.TokenizerManager._calculate_spec_decoding_metrics"
+_VALIDATE_REQ = "sglang.srt.speculative.dflash_utils.validate_dflash_request"
 
 
 def is_ddtree(spec_algorithm) -> bool:
@@ -100,6 +110,10 @@ HOOK_TARGETS = {
     _DUMMY: create_dummy_verify_input,
     _ALLOC_LEN: alloc_len_per_decode,
     _EXTRA_CTX: req_to_token_extra_context_len,
+    _RESOLVE: metrics.resolve_spec_v2_tokens,
+    _DECODE_LOG: metrics.report_decode_stats,
+    _REQ_METRICS: metrics.tokenizer_spec_metrics,
+    _VALIDATE_REQ: request_checks.validate_dflash_request,
 }
 
 

@@ -1,0 +1,192 @@
+"""Accept-length observability for DDTREE: the periodic decode log, ``/metrics`` and request meta info.
+
+Bookkeeping of the ACCEPT step, on the scheduler's host side only: it reads the per-request accept
+lengths the scheduler has already copied to the host (``result.num_correct_drafts_per_req_cpu``,
+filled by ``_resolve_spec_v2_tokens``), so the decode round gains no device sync.
+Vocabulary (``sglang_ddtree.tree``): accept length = accepted drafts + the bonus token, 1..W with
+W = max depth D + 1. DDTREE's accept rate is accepted drafts / D per round, which is what DFLASH's
+rate is for its chain of L - 1 drafts; upstream divides by the proposed drafts (the budget for a tree),
+which would show ~0.03 at budget 64 for a path 2 deep. Per-request counts (``spec_verify_ct``,
+``spec_num_correct_drafts``, ``spec_accept_length``, ``spec_correct_drafts_histogram``) are upstream's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import List, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+# The upstream module whose logger writes the "Decode batch, ..." line.
+REPORTER_MODULE = "sglang.srt.managers.scheduler_components.metrics_reporter"
+HIST_ATTR = "ddtree_accept_hist"  # set on the scheduler's metrics reporter
+COUNTER_NAME = "sglang:ddtree_accept_length"  # exposed as sglang:ddtree_accept_length_total
+
+
+class AcceptHistogram:
+    """Request-rounds per accept length over one decode-log interval.
+
+    counts[a - 1]: request-rounds that committed ``a`` tokens (a - 1 accepted drafts + bonus), a in 1..W.
+    """
+
+    __slots__ = ("counts",)
+
+    def __init__(self, accept_width: int):
+        assert accept_width >= 1, accept_width
+        self.counts: List[int] = [0] * accept_width
+
+    def add(self, correct_drafts: Sequence[int]) -> None:
+        """Count one round of a batch: accepted drafts (bonus excluded) per request, host ints."""
+        counts = self.counts
+        for n in correct_drafts:
+            if n >= len(counts):  # cannot happen with a valid tree; keep the count rather than drop it
+                counts.extend([0] * (n + 1 - len(counts)))
+            counts[n] += 1
+
+    @property
+    def rounds(self) -> int:
+        return sum(self.counts)
+
+    def reset(self) -> None:
+        self.counts = [0] * len(self.counts)
+
+    def format(self) -> str:
+        return f"accept len hist [1..{len(self.counts)}]: " + " ".join(map(str, self.counts))
+
+
+def depth_accept_rate(accept_tokens: int, rounds: int, max_depth: int) -> float:
+    """Accepted drafts / (request-rounds * max depth); ``accept_tokens`` includes one bonus per round."""
+    return (accept_tokens - rounds) / (rounds * max_depth) if rounds > 0 and max_depth > 0 else 0.0
+
+
+def upstream_accept_fragment(accept_tokens: int, rounds: int, server_args) -> str:
+    """The "accept len / accept rate" part of upstream's decode line, as SGLang 0.5.16 formats it."""
+    if server_args.speculative_num_draft_tokens:
+        per_round = server_args.speculative_num_draft_tokens - 1
+    else:
+        per_round = server_args.speculative_num_steps or 0
+    total = rounds * per_round
+    rate = (accept_tokens - rounds) / total if total > 0 else 0
+    return f"accept len: {accept_tokens / rounds:.2f}, accept rate: {rate:.2f}, "
+
+
+def ddtree_accept_fragment(accept_tokens: int, rounds: int, max_depth: int, hist: AcceptHistogram) -> str:
+    rate = depth_accept_rate(accept_tokens, rounds, max_depth)
+    return (f"accept len: {accept_tokens / rounds:.2f}, accept rate: {rate:.2f} (of depth {max_depth}), "
+            f"{hist.format()}, ")
+
+
+class _RewriteOnce(logging.Filter):
+    """Replace ``old`` by ``new`` in the first plain (argument-free) record that contains it."""
+
+    def __init__(self, old: str, new: str):
+        super().__init__()
+        self.old, self.new, self.done = old, new, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.done and not record.args and isinstance(record.msg, str) and self.old in record.msg:
+            record.msg = record.msg.replace(self.old, self.new, 1)
+            self.done = True
+        return True
+
+
+def _geometry(server_args):
+    from sglang_ddtree.worker.geometry import RoundGeometry
+
+    return RoundGeometry.from_server_args(server_args, check_verify_width=False)
+
+
+def _is_ddtree(spec_algorithm) -> bool:
+    from sglang_ddtree.worker.hooks import is_ddtree
+
+    return is_ddtree(spec_algorithm)
+
+
+# ---- hooks (AROUND; registered in sglang_ddtree.worker.hooks) -------------------------------------
+def resolve_spec_v2_tokens(original, processor, result, batch):
+    """``SchedulerBatchResultProcessor._resolve_spec_v2_tokens`` (decode results only): after upstream
+    has the accept lengths on the host, count them into the reporter's interval histogram."""
+    out = original(processor, result, batch)
+    if not _is_ddtree(batch.spec_algorithm):
+        return out
+    reporter = processor.metrics_reporter
+    if not (reporter.is_stats_logging_rank or reporter.current_scheduler_metrics_enabled):
+        return out  # upstream neither logs nor exports on this rank
+    hist = getattr(reporter, HIST_ATTR, None)
+    if hist is None:
+        hist = AcceptHistogram(_geometry(processor.server_args).accept_width)
+        setattr(reporter, HIST_ATTR, hist)
+    hist.add(result.num_correct_drafts_per_req_cpu)
+    return out
+
+
+def report_decode_stats(original, reporter, *args, **kwargs):
+    """``SchedulerMetricsReporter.report_decode_stats``: on DDTREE log steps, upstream's own line gets
+    the depth-normalised accept rate and the histogram; the rate gauge and histogram counter follow."""
+    hist: Optional[AcceptHistogram] = getattr(reporter, HIST_ATTR, None)
+    if hist is None or hist.rounds == 0 or reporter.forward_ct_decode % reporter.decode_log_interval != 0:
+        return original(reporter, *args, **kwargs)
+    server_args = reporter.scheduler.server_args
+    accept_tokens, rounds = reporter.spec_num_accept_tokens, reporter.spec_num_forward_ct
+    if rounds <= 0:
+        return original(reporter, *args, **kwargs)
+    max_depth = _geometry(server_args).max_depth
+    new = ddtree_accept_fragment(accept_tokens, rounds, max_depth, hist)
+    rewrite = _RewriteOnce(upstream_accept_fragment(accept_tokens, rounds, server_args), new)
+    upstream_logger = logging.getLogger(REPORTER_MODULE)
+    upstream_logger.addFilter(rewrite)
+    try:
+        out = original(reporter, *args, **kwargs)
+    finally:
+        upstream_logger.removeFilter(rewrite)
+    if reporter.is_stats_logging_rank and not rewrite.done:  # upstream's line changed shape
+        logger.info("DDTREE decode: %s", new.rstrip(", "))
+    if reporter.current_scheduler_metrics_enabled and reporter.metrics_collector is not None:
+        rate = depth_accept_rate(accept_tokens, rounds, max_depth)
+        reporter.stats.spec_accept_rate = rate
+        export_to_prometheus(reporter.metrics_collector, rate, hist)
+    hist.reset()
+    return out
+
+
+def tokenizer_spec_metrics(original, manager, meta_info, recv_obj, i):
+    """``TokenizerManager._calculate_spec_decoding_metrics``: per-request ``spec_accept_rate`` is
+    accepted drafts / (verify rounds * max depth) for DDTREE; the counts stay upstream's."""
+    original(manager, meta_info, recv_obj, i)
+    if "spec_accept_rate" not in meta_info:
+        return
+    from sglang_ddtree.worker.hooks import _is_ddtree_args
+
+    if not _is_ddtree_args(manager.server_args):
+        return
+    verify_ct = meta_info["spec_verify_ct"]
+    max_depth = _geometry(manager.server_args).max_depth
+    meta_info["spec_accept_rate"] = meta_info["spec_num_correct_drafts"] / (verify_ct * max_depth)
+
+
+# ---- /metrics ----------------------------------------------------------------------------------
+_counter = None
+
+
+def _accept_counter(labelnames):
+    """Created on first use in the scheduler process (after SGLang set up prometheus_client)."""
+    global _counter
+    if _counter is None:
+        from prometheus_client import Counter
+
+        _counter = Counter(
+            name=COUNTER_NAME,
+            documentation="DDTREE request-rounds by accept length (accepted drafts + bonus token).",
+            labelnames=list(labelnames) + ["accept_length"],
+        )
+    return _counter
+
+
+def export_to_prometheus(collector, rate: float, hist: AcceptHistogram) -> None:
+    """Overwrite ``sglang:spec_accept_rate`` with the depth rate; add the interval to the counter."""
+    labels = dict(collector.labels)
+    collector.spec_accept_rate.labels(**labels).set(rate)
+    counter = _accept_counter(labels.keys())
+    for length, count in enumerate(hist.counts, start=1):
+        if count:
+            counter.labels(**labels, accept_length=str(length)).inc(count)
