@@ -7,7 +7,10 @@ Modules, one concern each (the round is draft -> build tree -> verify -> accept 
   tree_api    tree construction and verify topology (``sglang_ddtree.tree`` or a stop-gap)
   info        the draft-state and verify SpecInput dataclasses
   kv_commit   KV moves and drafter context of the accepted path
-  hooks       upstream hooks: CUDA-graph capture with a tree mask, KV reservation sizing
+  hooks       upstream hooks: CUDA-graph capture with a tree mask, KV reservation sizing, and the
+              targets of metrics / request_checks (``HOOK_TARGETS``)
+  metrics     accept-length histogram and depth-based accept rate in the decode log and /metrics
+  request_checks  per-request refusal of features DDTREE does not support yet
   debug       test knobs read from the environment once
 Importing this package is cheap; ``DDTreeWorker`` pulls in SGLang's GPU stack on first access.
 """
