@@ -78,18 +78,9 @@ def register() -> None:
         "sglang.srt.entrypoints.engine.Engine.server_args_class",
     ):
         HookRegistry.register(target, DDTreeServerArgs, HookType.REPLACE)
-    _install_worker_hooks()
+    from sglang_ddtree.worker.hooks import install_hooks
+
+    install_hooks()  # CUDA-graph capture with a tree mask, KV sizing, metrics, per-request checks
     _registered = True
     logger.info("sglang-ddtree: registered speculative algorithm %s", ALGORITHM_NAME)
 
-
-def _install_worker_hooks() -> None:
-    """Hooks the worker needs in upstream runners (CUDA-graph capture with a tree mask, ...)."""
-    try:
-        from sglang_ddtree.worker.hooks import install_hooks
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("sglang_ddtree.worker"):
-            logger.debug("sglang-ddtree: no worker hooks to install (%s)", e)
-            return
-        raise
-    install_hooks()
