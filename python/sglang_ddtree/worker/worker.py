@@ -99,8 +99,8 @@ class DDTreeWorker(DFlashWorkerV2):
     def forward_batch_generation(self, batch, on_publish=None) -> GenerationBatchResult:
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
             return super().forward_batch_generation(batch, on_publish)
-        if getattr(batch, "return_logprob", False):
-            raise ValueError("DDTREE speculative decoding does not support return_logprob yet.")
+        # Refused per request on arrival (request_checks); a batch can only get here without them.
+        assert not getattr(batch, "return_logprob", False), "return_logprob must be refused per request"
         if batch.spec_info is None:
             batch.spec_info = DDTreeDraftInput.create_idle_input(device=self.device)
         if batch.forward_mode.is_idle():
