@@ -1,9 +1,11 @@
 """GPU: greedy DDTREE output == the same engine without speculation, token for token.
 
 Runs ``scripts/device/ddtree_parity.py`` (one engine per configuration, in a subprocess: a dying
-scheduler takes its parent process with it) on the tiny models of make_tiny_models.py. Point
-``SGLANG_DDTREE_TEST_MODELS`` at a directory holding ``sharp/`` (``--variant sharp``) and, for the
-attention-sensitive check, ``bias/`` (``--variant bias``); the test is skipped without it.
+scheduler takes its parent process with it) on tiny random bf16 models that a module fixture writes to a
+tmp dir with the project's own reference code (``_generated_models.py``: ``sharp/`` and ``bias/`` laid
+out as ddtree_parity.py's MODEL_DIRS expects; test_generated_models.py checks them on CPU). Set
+``SGLANG_DDTREE_TEST_MODELS`` to a directory of the same layout (e.g. make_tiny_models.py's output) to
+use other models instead.
 Sharp models: exact parity required (but their attention barely moves the logits, so a wrong tree mask
 could pass). Bias models: attention matters, but bf16 near-ties make even plain batched vs single runs
 differ, so DDTREE must agree with plain on at least as many prompts as upstream DFLASH (same drafter,
@@ -18,29 +20,36 @@ import sys
 
 import pytest
 
+from _generated_models import generate_models
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "device", "ddtree_parity.py")
-MODELS = os.environ.get("SGLANG_DDTREE_TEST_MODELS")
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not MODELS, reason="set SGLANG_DDTREE_TEST_MODELS (make_tiny_models.py output)"),
-]
+pytestmark = pytest.mark.gpu
 
 
-def _run(tmp_path, configs):
+@pytest.fixture(scope="module")
+def models_root(tmp_path_factory):
+    """``SGLANG_DDTREE_TEST_MODELS`` if set, else freshly generated models (about a second on CPU)."""
+    override = os.environ.get("SGLANG_DDTREE_TEST_MODELS")
+    if override:
+        return override
+    return generate_models(str(tmp_path_factory.mktemp("ddtree_models")))
+
+
+def _run(models_root, tmp_path, configs):
     out = tmp_path / "out"
-    subprocess.run([sys.executable, SCRIPT, "--models-root", MODELS, "--out", str(out), "--configs",
+    subprocess.run([sys.executable, SCRIPT, "--models-root", models_root, "--out", str(out), "--configs",
                     ",".join(configs)], check=False, timeout=3600)
     return {r["config"]: r for r in map(json.loads, open(out / "results.jsonl"))}
 
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer"])
-def test_sharp_models_token_identical(tmp_path, backend):
+def test_sharp_models_token_identical(models_root, tmp_path, backend):
     dd = [f"dd_{backend}_b15", f"dd_{backend}_b1"]
     dd += ["dd_triton_b64", "dd_triton_b15_nograph", "dd_triton_b15_nooverlap", "dd_triton_b64_reversed"] \
         if backend == "triton" else ["dd_flashinfer_b64_nograph"]
-    results = _run(tmp_path, [f"sharp:plain_{backend}"] + [f"sharp:{c}" for c in dd])
+    results = _run(models_root, tmp_path, [f"sharp:plain_{backend}"] + [f"sharp:{c}" for c in dd])
     for name in dd:
         rec = results[f"sharp:{name}"]
         assert "error" not in rec, rec.get("traceback")
@@ -49,8 +58,8 @@ def test_sharp_models_token_identical(tmp_path, backend):
         assert rec["mean_accept_length"] >= 1.0
 
 
-def test_bias_models_diverge_like_dflash(tmp_path):
-    results = _run(tmp_path, ["bias:plain_triton", "bias:dflash_triton", "bias:dd_triton_b64"])
+def test_bias_models_diverge_like_dflash(models_root, tmp_path):
+    results = _run(models_root, tmp_path, ["bias:plain_triton", "bias:dflash_triton", "bias:dd_triton_b64"])
     rec, ref = results["bias:dd_triton_b64"], results["bias:dflash_triton"]
     assert "error" not in rec, rec.get("traceback")
     for bs, rep in rec["parity"].items():
