@@ -1,0 +1,112 @@
+"""GPU: at T > 0, DDTREE's tokens follow the same distribution as plain sampling (target-only tree sampling).
+
+Runs ``scripts/device/sampling_dist.py`` in a subprocess: the packaged trained pair (vocab 2048, bf16,
+triton), 3 prompts x 2,000 requests x the first 3 generated tokens, at temperature 0.7 and at
+temperature 0.7 + top_p 0.9 + top_k 20, with the plain engine and with DDTREE (budget 16, top-K 4).
+The first token comes from the prefill sampler in both engines; the second is DDTREE's first tree
+round (accepted node or bonus token), so it and the (first, second) pair are the real test.
+
+Two-sample chi-square (``_sampling_stats.chi2_two_sample``, categories expected < 5 times pooled) of
+DDTREE vs plain for the first token, the second token and the pair, per prompt and setting: p > P_MIN =
+0.001. Under a correct sampler one comparison fails with probability 0.001, the 18 together ~2%; with
+2,000 draws per side, moving 5% of the mass from the top token (~0.3) to one of ~0.07 gives p < 1e-4
+(``test_sampling_stats.py``); shifts between two large tokens need more (chi-square ~ n delta^2 / p).
+Sanity against the exact float32 distribution of the reference target (first token: SGLang's plain
+filter; second token: the marginal over first tokens, with the plain filter for the plain engine and
+tree sampling's top-k-renorm-then-top-p filter for DDTREE): goodness of fit p > P_EXACT = 1e-6, looser
+because the engines compute bf16 logits (a few hundredths of a logit move probabilities by ~1-5%).
+Needs the wheel installed (the plugin's entry point) and SGLang's GPU stack.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _sampling_stats as st  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+P_MIN = 1e-3
+P_EXACT = 1e-6
+SETTINGS = {"t0.7": dict(temperature=0.7), "t0.7_p0.9_k20": dict(temperature=0.7, top_p=0.9, top_k=20)}
+NUM_PROMPTS = 3
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    from sglang_ddtree.fixtures import tiny_pair_path
+
+    pair = tiny_pair_path()
+    out = tmp_path_factory.mktemp("sampling") / "sampling.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "device", "sampling_dist.py"),
+                           "--target", pair.target, "--draft", pair.draft, "--configs", "plain,ddtree:16:4",
+                           "--num-samples", "2000", "--tokens", "3", "--attention-backend", "triton",
+                           "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(out) as f:
+        rep = json.load(f)
+    rep["by_config"] = {r["config"]: r for r in rep["results"]}
+    return rep
+
+
+@pytest.fixture(scope="module")
+def target(report):
+    import torch
+
+    from sglang_ddtree.reference.qwen3 import Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM.from_pretrained(report["settings"]["target"], dtype=torch.float32).eval()
+
+
+def _draws(report, config, setting, prompt):
+    rec = report["by_config"][config]
+    assert "error" not in rec, (config, rec.get("traceback"))
+    draws = rec["samples"][setting][prompt]
+    assert len(draws) == report["settings"]["num_samples"] and all(len(d) == 3 for d in draws)
+    return draws
+
+
+def test_both_configs_ran(report):
+    for rec in report["results"]:
+        assert "error" not in rec, (rec["config"], rec.get("traceback"))
+        assert set(rec["samples"]) == set(SETTINGS)
+    acc = report["by_config"]["ddtree:16:4"]["mean_accept_length"]
+    print(f"DDTREE mean accept length at T > 0: {acc}")
+    assert all(a is not None and a > 1.0 for a in acc.values()), acc  # the tree walk accepted nodes
+
+
+POSITIONS = {"first": lambda d: d[0], "second": lambda d: d[1], "pair": lambda d: (d[0], d[1])}
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("prompt", range(NUM_PROMPTS))
+@pytest.mark.parametrize("position", list(POSITIONS))
+def test_ddtree_matches_plain(report, setting, prompt, position):
+    key = POSITIONS[position]
+    plain = [key(d) for d in _draws(report, "plain", setting, prompt)]
+    tree = [key(d) for d in _draws(report, "ddtree:16:4", setting, prompt)]
+    r = st.chi2_two_sample(plain, tree)
+    print(f"{setting} prompt {prompt} {position}: chi2 {r.stat:.1f} df {r.df} p {r.p:.4f}")
+    assert r.p > P_MIN, (setting, prompt, position, r)
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("prompt", range(NUM_PROMPTS))
+@pytest.mark.parametrize("config", ["plain", "ddtree:16:4"])
+def test_close_to_exact_target(report, target, setting, prompt, config):
+    s = SETTINGS[setting]
+    ids = report["prompt_ids"][prompt]
+    first = st.plain_probs(st.exact_next(target, ids), s["temperature"], s.get("top_p", 1.0), s.get("top_k", -1))
+    filt = st.plain_probs if config == "plain" else st.tree_probs
+    second = st.exact_second(target, ids, first,
+                             lambda lg: filt(lg, s["temperature"], s.get("top_p", 1.0), s.get("top_k", -1)))
+    draws = _draws(report, config, setting, prompt)
+    for name, probs, sample in (("first", first, [d[0] for d in draws]), ("second", second, [d[1] for d in draws])):
+        r = st.chi2_goodness_of_fit(sample, st.as_dict(probs))
+        print(f"{config} {setting} prompt {prompt} {name} vs float32 exact: chi2 {r.stat:.1f} df {r.df} p {r.p:.2e}")
+        assert r.p > P_EXACT, (config, setting, prompt, name, r)
