@@ -519,7 +519,33 @@ def make_drafter(args, target: RefQwen3, tok) -> DFlashDraftModel:
             if p.ndim == 2:
                 std = 0.02 / math.sqrt(2 * cfg.num_hidden_layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
                 p.normal_(0.0, std)
+    if args.draft_init == "target":
+        init_drafter_from_target(drafter, target)
     return drafter
+
+
+@torch.no_grad()
+def init_drafter_from_target(drafter: DFlashDraftModel, target: RefQwen3) -> None:
+    """Warm start: the drafter's layers copy the target's LAST ``num_hidden_layers`` layers, its final
+    norm the target's, and ``fc`` starts as a pick of the deepest captured feature (so a block's context
+    begins as the residual stream the copied layers were trained to read). Shapes must match."""
+    cfg, tcfg = drafter.config, target.config
+    first = tcfg.num_hidden_layers - cfg.num_hidden_layers
+    tparams = dict(target.named_parameters())
+    for name, p in drafter.named_parameters():
+        if name.startswith("layers."):
+            i, rest = name.split(".", 2)[1:]
+            src = tparams[f"model.layers.{first + int(i)}.{rest}"]
+        elif name == "norm.weight":
+            src = tparams["model.norm.weight"]
+        else:
+            continue
+        if src.shape != p.shape:
+            raise ValueError(f"--draft-init target: {name} is {tuple(p.shape)}, the target's is {tuple(src.shape)}")
+        p.copy_(src.to(p.dtype))
+    H = cfg.hidden_size
+    drafter.fc.weight.zero_()
+    drafter.fc.weight[:, -H:] = torch.eye(H, dtype=drafter.fc.weight.dtype)
 
 
 def train_draft(args, work: str, tok, target: RefQwen3, distill: dict, log: Log) -> dict:
@@ -658,6 +684,9 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="tiny corpus and step counts: a CPU smoke test")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    ap.add_argument("--reuse-target", default=None, metavar="PAIR_DIR",
+                    help="skip the tokenizer and target stages: take PAIR_DIR/target (tokenizer included) and the "
+                         "target record of PAIR_DIR/summary.json, e.g. the packaged pair, and train a new drafter for it")
     a = ap.add_argument_group("corpus + tokenizer")
     a.add_argument("--corpus-max-bytes", type=int, default=64_000_000)
     a.add_argument("--corpus-min-bytes", type=int, default=2_000_000)
@@ -697,6 +726,8 @@ def parse_args(argv=None):
     a.add_argument("--draft-intermediate", type=int, default=512)
     a.add_argument("--block-size", type=int, default=16)
     a.add_argument("--target-layer-ids", default="0,1,2")
+    a.add_argument("--draft-init", choices=["random", "target"], default="random",
+                   help="drafter init: random (GPT-style) or a copy of the target's last layers + final norm")
     a.add_argument("--draft-lr", type=float, default=2e-3)
     a.add_argument("--draft-steps", type=int, default=20000)
     a.add_argument("--draft-max-seconds", type=float, default=100.0)
@@ -748,6 +779,32 @@ def export(args, work: str, summary: dict) -> None:
         raise RuntimeError(f"the pair is {summary['pair_bytes']} bytes > {MAX_PAIR_BYTES}")
 
 
+def seed_reused_target(pair_dir: str, work: str, log: Log) -> None:
+    """Put PAIR_DIR's target where the target stage leaves its output, so that the tokenizer, tokens and
+    target stages are skipped (resumable-stage files: tokenizer/, target/, target_stats.json)."""
+    src = os.path.join(pair_dir, "target")
+    if not os.path.exists(os.path.join(src, "tokenizer.json")):
+        raise SystemExit(f"--reuse-target {pair_dir}: no target/tokenizer.json there")
+    if os.path.exists(os.path.join(work, "target_stats.json")):
+        return
+    shutil.rmtree(os.path.join(work, "target"), ignore_errors=True)
+    shutil.copytree(src, os.path.join(work, "target"))
+    tdir = os.path.join(work, "tokenizer")
+    shutil.rmtree(tdir, ignore_errors=True)
+    os.makedirs(tdir)
+    for name in os.listdir(src):
+        if name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(os.path.join(src, name), tdir)
+    stats = {}
+    summary = os.path.join(pair_dir, "summary.json")
+    if os.path.exists(summary):
+        with open(summary) as f:
+            stats = dict(json.load(f).get("target", {}))
+    stats["reused_from"] = os.path.abspath(pair_dir)
+    write_json(stats, os.path.join(work, "target_stats.json"))
+    log(stage="target", reused_from=stats["reused_from"])
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
@@ -778,6 +835,8 @@ def main(argv=None) -> dict:
         return r
 
     corpus = timed("corpus", build_corpus, args, work, log)
+    if args.reuse_target:
+        seed_reused_target(args.reuse_target, work, log)
     tok = timed("tokenizer", build_tokenizer, args, work, log)
     data = timed("tokens", tokenize_corpus, work, tok, log)
     target_stats = timed("target", train_target, args, work, tok, data, log)
