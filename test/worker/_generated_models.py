@@ -83,3 +83,56 @@ def generate_models(root: str) -> str:
     write_pair(*model_dirs(root, "sharp"), sharp=True, seed=0)
     write_pair(*model_dirs(root, "bias"), sharp=False, seed=1)
     return root
+
+
+# ---- "succ": a context-free successor target for test_accept_coverage_gpu.py (additive) -------------
+# ``toy.random_target(sharp=True)`` with frac_s=0 (S = {ATTRACTOR, MASK}: other tokens never map into S,
+# so greedy chains wander a random functional graph instead of collapsing onto the attractor) and every
+# layer's attention and MLP output zeroed (o_proj, down_proj = 0): the residual stream is exactly the
+# token embedding, so the logits depend on the current token only and greedy decoding is exactly
+# next = succ[current], with succ computable from the saved weights (``successor_table``).
+SUCC_DIRS = ("target_succ", "draft_succ")
+
+
+def write_succ_pair(root: str, seed: int = 3):
+    """Write root/succ/target_succ and root/succ/draft_succ; returns (target_dir, draft_dir)."""
+    import torch
+
+    from sglang_ddtree.reference.toy import random_drafter, random_target
+
+    target_dir, draft_dir = (os.path.join(root, "succ", d) for d in SUCC_DIRS)
+    with torch.random.fork_rng(devices=[]):
+        target = random_target(seed=seed, sharp=True, cfg=target_config(), mask_token_id=MASK_ID, frac_s=0.0)
+        with torch.no_grad():
+            for layer in target.model.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+        drafter = random_drafter(target, seed=seed, sharp=True, num_layers=DRAFT_LAYERS, block_size=BLOCK_SIZE,
+                                 target_layer_ids=TARGET_LAYER_IDS, mask_token_id=MASK_ID)
+    target.to(torch.bfloat16).save_pretrained(target_dir)
+    _patch_config(target_dir, torch_dtype="bfloat16", dtype="bfloat16", bos_token_id=EOS_ID,
+                  eos_token_id=EOS_ID, pad_token_id=EOS_ID)
+    drafter.save_pretrained(draft_dir, dtype=torch.bfloat16)
+    for d in (target_dir, draft_dir):
+        _copy_tokenizer(d)
+    return target_dir, draft_dir
+
+
+def successor_logits(target_dir: str):
+    """[V, V] float32 logits of the saved (bf16) succ target for a one-token context, as a bf16 engine
+    computes them: final RMSNorm of the bf16 embedding (float32 math, rounded to bf16), bf16 lm_head,
+    float32 accumulation. Row x: the logits after token x, whatever came before it."""
+    import torch
+    from safetensors.torch import load_file
+
+    with open(os.path.join(target_dir, "config.json")) as f:
+        eps = float(json.load(f).get("rms_norm_eps", 1e-6))
+    w = load_file(os.path.join(target_dir, "model.safetensors"))
+    emb = w["model.embed_tokens.weight"].float()
+    x = emb * torch.rsqrt(emb.pow(2).mean(-1, keepdim=True) + eps) * w["model.norm.weight"].float()
+    return x.to(torch.bfloat16).float() @ w["lm_head.weight"].float().T
+
+
+def successor_table(target_dir: str):
+    """succ[x] = the greedy token after x (list of V ints) for ``write_succ_pair``'s target."""
+    return successor_logits(target_dir).argmax(-1).tolist()

@@ -58,6 +58,14 @@ class DDTreeWorker(DFlashWorkerV2):
         DDTreeDraftInput.reserve_per_decode = geometry.reserve_per_decode
         self.knobs = WorkerKnobs.from_env()
         self.tree_impl = resolve_tree_impl(self.knobs.tree_impl)
+        self._draft_oracle = None
+        if self.knobs.draft_oracle_path:  # TEST ONLY: a planned draft top-K (draft_oracle.py)
+            from sglang_ddtree.worker.draft_oracle import load_draft_oracle
+
+            self._draft_oracle = load_draft_oracle(
+                self.knobs.draft_oracle_path, geometry, device=self.device,
+                vocab_size=target_worker.model_runner.model_config.vocab_size,
+            )
         # Eager top-K head (the draft CUDA graph folds in its own copy, see _maybe_build_draft_sampler).
         self._eager_head, reason = self._make_head(max_bs=1)
         if self._eager_head is None:
@@ -115,6 +123,8 @@ class DDTreeWorker(DFlashWorkerV2):
         prefix = batch.seq_lens
 
         log_probs, token_ids = self._draft(batch, draft_input, bs)
+        if self._draft_oracle is not None:  # TEST ONLY (SGLANG_DDTREE_TEST_DRAFT_ORACLE); eager, no sync
+            log_probs, token_ids = self._draft_oracle(draft_input.bonus_tokens, prefix)
         if self.knobs.reverse_draft_ranks:
             token_ids = token_ids.flip(-1)
         tree = self.tree_impl.build(log_probs, token_ids, g.budget)
