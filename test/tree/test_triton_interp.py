@@ -106,6 +106,51 @@ else:
             assert lean.tree_mask is None and lean.custom_mask is None
             assert torch.equal(lean.retrieve_next_token, want.retrieve_next_token)
 
+    def _assert_topology_equal(tree, seq, msg):
+        got = build_verify_topology(tree, seq, int(seq.sum()), backend="triton")
+        want = build_verify_topology_torch(tree, seq, int(seq.sum()))
+        for f in TOPO_FIELDS:
+            assert torch.equal(getattr(got, f), getattr(want, f)), (msg, f)
+
+    def test_topology_kernel_budget_512():
+        """N = 513: several 128-column chunks and row blocks, the last ones partial."""
+        gen = torch.Generator().manual_seed(5)
+        lp, ids = random_inputs(2, 15, 8, gen)
+        tree = build_tree_torch(lp, ids, 512)
+        _assert_topology_equal(tree, torch.tensor([3, 70]), "budget 512")
+
+    def _general_tree(n, num, max_depth, rnd):
+        """Random parents (depth <= max_depth), rows relabelled so parents may follow children and
+        siblings interleave; the root stays row 0, rows >= num are pads."""
+        par, dep = [-1], [0]
+        for _ in range(1, num):
+            p = rnd.choice([r for r in range(len(par)) if dep[r] < max_depth])
+            par.append(p)
+            dep.append(dep[p] + 1)
+        perm = [0] + rnd.sample(range(1, num), num - 1)  # old row -> new row
+        parents, depths = [-1] * n, [0] * n
+        for old in range(1, num):
+            parents[perm[old]], depths[perm[old]] = perm[par[old]], dep[old]
+        return parents, depths
+
+    def test_topology_kernel_general_trees():
+        """Links and masks follow `parents` for any tree, not only build_tree's row order."""
+        from sglang_ddtree.tree import Tree
+
+        rnd = random.Random(6)
+        for n, bs, max_depth in ((9, 3, 3), (40, 2, 6), (200, 2, 15)):
+            rows = [_general_tree(n, rnd.randint(1, n), max_depth, rnd) for _ in range(bs)]
+            tree = Tree(
+                token_ids=torch.zeros(bs, n, dtype=torch.int64),
+                parents=torch.tensor([r[0] for r in rows]),
+                depths=torch.tensor([r[1] for r in rows]),
+                scores=torch.zeros(bs, n),
+                valid=torch.ones(bs, n, dtype=torch.bool),
+                num_nodes=torch.full((bs,), n, dtype=torch.int32),
+                max_depth=max_depth,
+            )
+            _assert_topology_equal(tree, torch.randint(0, 40, (bs,)), (n, bs))
+
     def _planted_targets(tree, rnd, extra_vocab=3):
         bs, n = tree.parents.shape
         target = torch.randint(0, extra_vocab, (bs, n))

@@ -105,7 +105,7 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
         WRITE_TREE_MASK=with_tree_mask,
         WRITE_FULL_MASK=numel is not None,
         BLOCK_R=block_r,
-        BLOCK_C=32,
+        BLOCK_W=4,  # 128 tree columns per chunk
         BLOCK_PC=256,
         BLOCK_L=next_pow2(tree.max_depth + 1),
         BLOCK_S=256,
