@@ -45,6 +45,7 @@ for f in "$@"; do
   [ $first = 1 ] || echo "," >> "$LOGS/summary.json.part"
   first=0
   printf '{"file": "%s", "rc": %d, "seconds": %d, "result": "%s"}' "$f" "$rc" "$dt" "${counts//\"/}" >> "$LOGS/summary.json.part"
+  tar -C "$LOGS" -cf "$OUT/gpu_suite.tar" .  # after every file: an outer timeout still leaves the logs
 done
 echo "]" >> "$LOGS/summary.json.part"
 mv "$LOGS/summary.json.part" "$OUT/gpu_suite.json"
