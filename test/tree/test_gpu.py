@@ -72,6 +72,18 @@ def test_build_cuda_equals_torch_and_heap():
                 assert_trees_equal(tree_row(got, b), ref, f"{case} b={b}")
 
 
+@pytest.mark.parametrize("strategy", ["bitonic", "merge"])
+def test_build_cuda_both_strategies_equal_torch(strategy):
+    """Each phase-1 strategy of the fused builder, pinned, on every budget class (auto picks one)."""
+    from sglang_ddtree.tree.build import build_tree_triton
+
+    gen = torch.Generator().manual_seed(1)
+    for case in _cases(1, 12):
+        lp, ids, roots = _inputs(case, gen)
+        got = build_tree_triton(lp, ids, case[3], roots, strategy=strategy)
+        assert_trees_equal(got, build_tree_torch(lp, ids, case[3], roots), f"{case} {strategy}")
+
+
 def test_topology_and_accept_cuda_equal_torch():
     gen = torch.Generator().manual_seed(1)
     for case in _cases(1, 12):

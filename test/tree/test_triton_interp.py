@@ -84,6 +84,19 @@ else:
             assert_trees_equal(build_tree(lp, ids, cfg[3], roots, backend="triton"), want, str(cfg))
             assert_trees_equal(build_tree(lp, ids, cfg[3], None, backend="triton"), build_tree_torch(lp, ids, cfg[3]))
 
+    def test_build_kernel_merge_strategy_equals_torch():
+        """Phase 1 by merge paths (the large-budget default) on every shape, plus budget 512, bs 2."""
+        from sglang_ddtree.tree.build import build_tree_triton
+
+        for cfg, lp, ids, roots, _ in _trees():
+            want = build_tree_torch(lp, ids, cfg[3], roots)
+            assert_trees_equal(build_tree_triton(lp, ids, cfg[3], roots, strategy="merge"), want, str(cfg))
+        gen = torch.Generator().manual_seed(8)
+        for style, budget in (("softmax", 512), ("ties", 300)):
+            lp, ids = random_inputs(2, 15, 8, gen, style)
+            want = build_tree_torch(lp, ids, budget)
+            assert_trees_equal(build_tree_triton(lp, ids, budget, strategy="merge"), want, style)
+
     def test_build_kernel_strided_inputs():
         gen = torch.Generator().manual_seed(2)
         lp, ids = random_inputs(2, 4, 6, gen)

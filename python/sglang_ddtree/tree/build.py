@@ -15,6 +15,12 @@ from sglang_ddtree.tree._common import check, next_pow2, num_warps_for, use_trit
 from sglang_ddtree.tree.metadata import Tree
 from sglang_ddtree.tree.reference import build_tree_torch
 
+# Phase 1 of the fused builder per budget class: "bitonic" (in registers, per-depth bitonic merges;
+# fine while the frontier is small) or "merge" (merge paths through an L1-resident scratch; far fewer
+# steps and barriers per depth at large budgets). Both give identical trees; see kernels/build_tree.py.
+MERGE_MIN_BLOCK_B = 256
+STRATEGIES = ("auto", "bitonic", "merge")
+
 
 def _check_inputs(top_log_probs, top_token_ids, budget, root_token_ids) -> None:
     if not isinstance(budget, int) or budget < 1:
@@ -61,8 +67,15 @@ def build_tree_triton(
     top_token_ids: torch.Tensor,
     budget: int,
     root_token_ids: Optional[torch.Tensor] = None,
+    strategy: str = "auto",
 ) -> Tree:
-    """The fused-kernel path of :func:`build_tree` (inputs already checked)."""
+    """The fused-kernel path of :func:`build_tree` (inputs already checked).
+
+    ``strategy``: phase 1 of the kernel, "bitonic", "merge" or "auto" (merge from a budget class of
+    ``MERGE_MIN_BLOCK_B`` up); tests and the benchmark pin it, results are identical.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     from sglang_ddtree.tree.kernels.build_tree import ddtree_build_kernel
 
     bs, depth_limit, k_all = top_log_probs.shape
@@ -70,6 +83,7 @@ def build_tree_triton(
     n = budget + 1
     k_eff = min(k_all, budget)
     block_b, block_k = next_pow2(budget), next_pow2(k_eff)
+    merge = strategy == "merge" or (strategy == "auto" and block_b >= MERGE_MIN_BLOCK_B)
     lp = top_log_probs if top_log_probs.stride(2) == 1 else top_log_probs.contiguous()
     ids = top_token_ids if top_token_ids.stride(2) == 1 else top_token_ids.contiguous()
     tree = Tree(
@@ -84,6 +98,8 @@ def build_tree_triton(
     if bs == 0:
         return tree
     key_ws = torch.empty(bs, depth_limit, block_b, dtype=torch.int64, device=dev)
+    merge_ws = torch.empty(bs, block_k * block_b if merge else 1, dtype=torch.int64, device=dev)
+    num_warps = 8 if merge and block_b >= MERGE_MIN_BLOCK_B else num_warps_for(block_b * block_k)
     ddtree_build_kernel[(bs,)](
         lp,
         ids,
@@ -95,6 +111,7 @@ def build_tree_triton(
         tree.valid,
         tree.num_nodes,
         key_ws,
+        merge_ws,
         budget,
         depth_limit,
         k_eff,
@@ -110,6 +127,8 @@ def build_tree_triton(
         BLOCK_P=min(1024, 2 * block_b),  # >= N; one value per BLOCK_B (fewer compiles)
         LOG_B=block_b.bit_length() - 1,
         LOG_K=block_k.bit_length() - 1,
-        num_warps=num_warps_for(block_b * block_k),  # <= 8: 255 regs x 256 threads fit an SM
+        MERGE=merge,
+        NUM_SEG=min(32 * num_warps, block_b),  # about one merge segment per thread
+        num_warps=num_warps,  # <= 8: 255 regs x 256 threads fit an SM
     )
     return tree

@@ -2,12 +2,13 @@
 
 Serves the build-tree step. Keys are int64: score code << 31 | (2**31 - 1 - candidate index), see
 ``_ordkey.py`` (larger = better; ties to the lower index). Phase 1: for depth 1..L-1, the sorted
-top-``budget`` of (kept parents x top-K): the K candidate rows are already sorted runs, so log2(K)
-bitonic merge rounds suffice; the frontier stays in registers, its keys go to a workspace. Phase 2: the
-global top-``budget`` as a count per depth (binary search on the score code; ties to the lower depth,
-then the lower slot). Phase 3: rows are depth-major in frontier order, written with no cross-thread
-traffic.
-"""
+top-``budget`` of (kept parents x top-K); the K candidate rows are already sorted runs, merged either
+by log2(K) bitonic merge rounds in registers (MERGE=False; many cross-warp stages per depth) or by
+log2(K) merge-path rounds through a small scratch (MERGE=True; per depth about log2(budget) + a few
+dependent loads per thread and one barrier per round). The frontier keys go to a workspace. Phase 2:
+the global top-``budget`` as a count per depth (binary search on the score code; ties to the lower
+depth, then the lower slot). Phase 3: rows are depth-major in frontier order, written with no
+cross-thread traffic. Both phase-1 variants produce identical keys, hence identical trees."""
 
 import triton
 import triton.language as tl
@@ -51,17 +52,6 @@ def _swap_with_partner(h, desc, P: tl.constexpr, N_DIMS: tl.constexpr):
 
 
 @triton.jit
-def _reverse(x, LOG_N: tl.constexpr):
-    """Reverse a 1-D int64 tensor of 2**LOG_N elements (flip every index bit)."""
-    if LOG_N > 0:
-        h = tl.reshape(x, [2] * LOG_N)
-        for p in tl.static_range(LOG_N):
-            h = h ^ tl.reduce(h, p, _xor, keep_dims=True)
-        x = tl.reshape(h, [2**LOG_N])
-    return x
-
-
-@triton.jit
 def _top_run_of_sorted_runs(x, LOG_RUN: tl.constexpr, LOG_RUNS: tl.constexpr):
     """Top 2**LOG_RUN values, descending, of 2**LOG_RUNS contiguous sorted runs of a 1-D int64 tensor.
 
@@ -85,6 +75,102 @@ def _top_run_of_sorted_runs(x, LOG_RUN: tl.constexpr, LOG_RUNS: tl.constexpr):
     return x
 
 
+@triton.jit
+def _cand_key(par_row, lp_row, run, idx, d, k_eff, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Key of candidate (parent slot ``idx``, rank ``run``) at depth ``d`` (tensors of one shape).
+
+    Same key as the bitonic path: code << 31 | (2**31 - 1 - (idx * BLOCK_K + run)); a parent slot
+    that is empty or a rank >= k_eff gives code 0; ``idx`` outside [0, BLOCK_B) gives -1 (below all).
+    Depth 0's only parent is the root (key 2**62: code 2**31 = score +0) in slot 0.
+    """
+    inside = (idx >= 0) & (idx < BLOCK_B)
+    p_key = tl.load(par_row + idx, mask=inside & (d > 0), other=0)
+    p_key = tl.where((d == 0) & (idx == 0), 4611686018427387904, p_key)
+    lpk = tl.minimum(tl.load(lp_row + run, mask=run < k_eff, other=0.0), 0.0)
+    p_code = p_key >> 31
+    cand = tl.where(p_code > 0, _code_score(p_code), float("-inf")) + lpk
+    code = tl.where((p_code > 0) & (run < k_eff), _score_code(cand), 0)
+    key = (code << 31) | (_IDX_MASK - (idx * BLOCK_K + run).to(tl.int64))
+    return tl.where(inside, key, -1)
+
+
+@triton.jit
+def _run_key(src, par_row, lp_row, run, idx, d, k_eff, FIRST: tl.constexpr, BLOCK_B: tl.constexpr,
+             BLOCK_K: tl.constexpr):
+    """Element ``idx`` of sorted run ``run``: a candidate run (FIRST round) or a merged run in ``src``."""
+    if FIRST:
+        key = _cand_key(par_row, lp_row, run, idx, d, k_eff, BLOCK_B, BLOCK_K)
+    else:
+        inside = (idx >= 0) & (idx < BLOCK_B)
+        key = tl.load(src + run * BLOCK_B + idx, mask=inside, other=-1)
+    return key
+
+
+@triton.jit
+def _merge_round(par_row, lp_row, scratch, out_row, d, k_eff, budget, R: tl.constexpr, M: tl.constexpr,
+                 SEG: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, LOG_B: tl.constexpr,
+                 LOG_K: tl.constexpr, NUM_SEG: tl.constexpr):
+    """Round R of :func:`_merge_frontier`: M pairwise merges, NUM_SEG segments of SEG outputs each."""
+    seg = tl.arange(0, NUM_SEG)
+    m = seg // (BLOCK_B // SEG)
+    t0 = (seg % (BLOCK_B // SEG)) * SEG
+    src = scratch + ((R + 1) % 2) * (BLOCK_K // 2) * BLOCK_B  # round R - 1's output
+    run_a = 2 * m
+    run_b = 2 * m + 1
+    # co-rank: i = #A among the first t0 outputs = smallest i in [0, t0] with i == t0 or A[i] < B[t0-1-i]
+    lo = t0 * 0
+    hi = t0
+    for _ in tl.static_range(LOG_B + 1):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        a = _run_key(src, par_row, lp_row, run_a, tl.where(active, mid, -1), d, k_eff, R == 0, BLOCK_B, BLOCK_K)
+        bb = _run_key(src, par_row, lp_row, run_b, tl.where(active, t0 - 1 - mid, -1), d, k_eff, R == 0,
+                      BLOCK_B, BLOCK_K)
+        q = a < bb
+        hi = tl.where(active & q, mid, hi)
+        lo = tl.where(active & (q == 0), mid + 1, lo)
+    i = lo
+    j = t0 - lo
+    for s in tl.static_range(SEG):
+        a = _run_key(src, par_row, lp_row, run_a, i, d, k_eff, R == 0, BLOCK_B, BLOCK_K)
+        bb = _run_key(src, par_row, lp_row, run_b, j, d, k_eff, R == 0, BLOCK_B, BLOCK_K)
+        take_a = a >= bb  # never a tie between two valid keys (they are unique)
+        out = tl.where(take_a, a, bb)
+        if R == LOG_K - 1:
+            t = t0 + s
+            tl.store(out_row + t, tl.where(((out >> 31) > 0) & (t < budget), out, 0))
+        else:
+            dst = scratch + (R % 2) * (BLOCK_K // 2) * BLOCK_B
+            tl.store(dst + m * BLOCK_B + t0 + s, out)
+        i += take_a.to(tl.int32)
+        j += 1 - take_a.to(tl.int32)
+
+
+@triton.jit
+def _merge_frontier(par_row, lp_row, scratch, out_row, d, k_eff, budget,
+                    BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, LOG_B: tl.constexpr,
+                    LOG_K: tl.constexpr, NUM_SEG: tl.constexpr):
+    """Depth ``d``'s sorted top-BLOCK_B frontier by merge paths, written to ``out_row`` (0 = empty).
+
+    The BLOCK_K candidate runs (rank k child of every parent slot; each already descending) are merged
+    pairwise in LOG_K rounds, each keeping the top BLOCK_B of a pair (enough: the top-budget of a union
+    lies in the union of the parts' top-budget). A round splits its outputs into segments of SEG
+    consecutive positions; a segment finds its start in both runs by a binary search on the merge
+    path (co-rank), then emits SEG outputs by plain compare-and-advance. Keys are unique (the
+    candidate index), so the merge is exact; ties do not arise. Rounds alternate between the two
+    halves of ``scratch`` ([2, BLOCK_K // 2, BLOCK_B]) and are separated by barriers.
+    """
+    if LOG_K == 0:
+        slots = tl.arange(0, BLOCK_B)
+        key = _cand_key(par_row, lp_row, slots * 0, slots, d, k_eff, BLOCK_B, BLOCK_K)
+        tl.store(out_row + slots, tl.where(((key >> 31) > 0) & (slots < budget), key, 0))
+        tl.debug_barrier()
+    for r in tl.static_range(LOG_K):
+        _merge_round(par_row, lp_row, scratch, out_row, d, k_eff, budget, r, BLOCK_K >> (r + 1),
+                     ((BLOCK_K >> (r + 1)) * BLOCK_B) // NUM_SEG, BLOCK_B, BLOCK_K, LOG_B, LOG_K, NUM_SEG)
+        tl.debug_barrier()
+
+
 @triton.jit(
     do_not_specialize=[
         "budget", "depth_limit", "k_eff", "num_rows",
@@ -102,6 +188,7 @@ def ddtree_build_kernel(
     out_valid_ptr,  # [bs, N] bool
     out_num_ptr,  # [bs] int32
     key_ws_ptr,  # [bs, L-1, BLOCK_B] int64 workspace: sorted frontier keys per depth (0 = empty)
+    merge_ws_ptr,  # [bs, 2, BLOCK_K // 2, BLOCK_B] int64 scratch of the merge rounds (if MERGE)
     budget,
     depth_limit,  # L - 1
     k_eff,  # min(K, budget)
@@ -117,6 +204,8 @@ def ddtree_build_kernel(
     BLOCK_P: tl.constexpr,  # rows per pad-fill chunk
     LOG_B: tl.constexpr,  # log2(BLOCK_B)
     LOG_K: tl.constexpr,  # log2(BLOCK_K)
+    MERGE: tl.constexpr,  # phase 1 by merge paths through the scratch (else bitonic, in registers)
+    NUM_SEG: tl.constexpr,  # merge segments per round (about one per thread; <= BLOCK_B)
 ):
     b = tl.program_id(0).to(tl.int64)
     slots = tl.arange(0, BLOCK_B)
@@ -125,33 +214,42 @@ def ddtree_build_kernel(
     key_ws = key_ws_ptr + b * depth_limit * BLOCK_B
 
     # ---- phase 1: per-depth sorted top-budget frontier --------------------------------------------
-    # Candidate tile [BLOCK_K, BLOCK_B]: row k = rank-k child of every frontier slot. Rows are sorted
-    # runs already (the frontier is sorted), laid out ascending/descending alternately for the merge.
-    ks_col = ks[:, None]
-    cols = slots[None, :]
-    if LOG_K > 0:
-        flip_row = (ks_col % 2) == 0
+    if MERGE:
+        merge_ws = merge_ws_ptr + b * BLOCK_K * BLOCK_B
+        lp_base = lp_ptr + b * stride_lp_b
+        for d in range(depth_limit):
+            par_row = key_ws + (d - 1) * BLOCK_B  # not read at d = 0
+            _merge_frontier(par_row, lp_base + d * stride_lp_d, merge_ws, key_ws + d * BLOCK_B, d, k_eff,
+                            budget, BLOCK_B, BLOCK_K, LOG_B, LOG_K, NUM_SEG)  # ends in a barrier
     else:
-        flip_row = ks_col < 0
-    pslot_tile = tl.where(flip_row, BLOCK_B - 1 - cols, cols)
-    cand_idx = (pslot_tile * BLOCK_K + ks_col).to(tl.int64)
-    f_key = tl.where(slots < 1, 4611686018427387904, 0).to(tl.int64)  # root: 2**62 = code 2**31 = +0
-    for d in range(depth_limit):
-        lp = tl.load(lp_ptr + b * stride_lp_b + d * stride_lp_d + ks, mask=ks < k_eff, other=0.0)
-        lp = tl.minimum(lp, 0.0)
-        f_key_rev = _reverse(f_key, LOG_B)
-        code_f, code_r = f_key >> 31, f_key_rev >> 31
-        s_f = tl.where(code_f > 0, _code_score(code_f), float("-inf"))
-        s_r = tl.where(code_r > 0, _code_score(code_r), float("-inf"))
-        parent_ok = tl.where(flip_row, (code_r > 0)[None, :], (code_f > 0)[None, :])
-        cand = tl.where(flip_row, s_r[None, :], s_f[None, :]) + lp[:, None]  # [BLOCK_K, BLOCK_B]
-        ok = parent_ok & (ks < k_eff)[:, None]
-        code = tl.where(ok, _score_code(cand), 0)
-        key = (code << 31) | (_IDX_MASK - cand_idx)
-        top = _top_run_of_sorted_runs(tl.reshape(key, [BLOCK_B * BLOCK_K]), LOG_B, LOG_K)
-        f_key = tl.where(((top >> 31) > 0) & (slots < budget), top, 0)  # [BLOCK_B] descending
-        tl.store(key_ws + d * BLOCK_B + slots, f_key)
-    tl.debug_barrier()
+        # Candidate tile [BLOCK_K, BLOCK_B]: row k = rank-k child of every frontier slot. Rows are sorted
+        # runs already (the frontier is sorted), laid out ascending/descending alternately for the merge.
+        ks_col = ks[:, None]
+        cols = slots[None, :]
+        if LOG_K > 0:
+            flip_row = (ks_col % 2) == 0
+        else:
+            flip_row = ks_col < 0
+        pslot_tile = tl.where(flip_row, BLOCK_B - 1 - cols, cols)
+        cand_idx = (pslot_tile * BLOCK_K + ks_col).to(tl.int64)
+        for d in range(depth_limit):
+            lp = tl.load(lp_ptr + b * stride_lp_b + d * stride_lp_d + ks, mask=ks < k_eff, other=0.0)
+            lp = tl.minimum(lp, 0.0)
+            # Parent keys straight into the tile layout (odd rows reversed) from the previous depth's
+            # workspace row: no in-register reversal. Depth 0: the root, key 2**62 (code 2**31 = +0).
+            if d == 0:
+                p_key = tl.where(pslot_tile == 0, 4611686018427387904, 0).to(tl.int64)
+            else:
+                p_key = tl.load(key_ws + (d - 1) * BLOCK_B + pslot_tile)
+            p_code = p_key >> 31
+            ok = (p_code > 0) & (ks < k_eff)[:, None]
+            cand = tl.where(p_code > 0, _code_score(p_code), float("-inf")) + lp[:, None]  # [BLOCK_K, BLOCK_B]
+            code = tl.where(ok, _score_code(cand), 0)
+            key = (code << 31) | (_IDX_MASK - cand_idx)
+            top = _top_run_of_sorted_runs(tl.reshape(key, [BLOCK_B * BLOCK_K]), LOG_B, LOG_K)
+            f_key = tl.where(((top >> 31) > 0) & (slots < budget), top, 0)  # [BLOCK_B] descending
+            tl.store(key_ws + d * BLOCK_B + slots, f_key)
+            tl.debug_barrier()  # the next depth (and phase 2) reads this row in another layout
 
     # ---- phase 2: how many leading slots of each depth are in the global top-budget ---------------
     # Codes as int32 (code - 2**31; -2**31 = empty) to halve the registers of the [BLOCK_D, BLOCK_B] tile.
