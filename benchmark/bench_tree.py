@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
 from sglang_ddtree.tree import Tree, accept_greedy, build_tree, build_verify_topology  # noqa: E402
+from sglang_ddtree.tree.build import build_tree_triton  # noqa: E402
 from sglang_ddtree.tree.reference import build_tree_reference, build_tree_torch  # noqa: E402
 
 GOALS_MS = {(1, 64): 0.06, (64, 512): 0.2}  # issue 3: build + topology + acceptance on an H200
@@ -116,10 +117,18 @@ def bench_config(bs, budget, args, gen, dev) -> dict:
 
     rec["triton_round_ms"] = time_graph(round_fn("auto"), args.iters)
     rec["triton_build_ms"] = time_graph(lambda: build_tree(lp, ids, budget, roots), args.iters)
+    for strategy in ("bitonic", "merge"):  # phase 1 of the fused builder, pinned ("auto" picks one)
+        t = build_tree_triton(lp, ids, budget, roots, strategy=strategy)
+        rec[f"exact_{strategy}"] = all(torch.equal(getattr(t, f), getattr(tree, f)) for f in ("parents", "scores"))
+        rec[f"triton_build_{strategy}_ms"] = time_graph(
+            lambda s=strategy: build_tree_triton(lp, ids, budget, roots, strategy=s), args.iters
+        )
     rec["triton_topology_ms"] = time_graph(
         lambda: build_verify_topology(tree, seq, seq_sum, with_tree_mask=False), args.iters
     )
-    rec["triton_topology_no_full_mask_ms"] = time_graph(lambda: build_verify_topology(tree, seq), args.iters)
+    rec["triton_topology_no_full_mask_ms"] = time_graph(  # positions + retrieve links only, no mask
+        lambda: build_verify_topology(tree, seq, with_tree_mask=False), args.iters
+    )
     rec["triton_accept_ms"] = time_graph(lambda: accept_greedy(tree, target), args.iters)
     if not args.skip_torch_path:
         rec["torch_round_ms"] = time_graph(round_fn("torch"), max(10, args.iters // 10))
@@ -202,7 +211,10 @@ def main() -> int:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"bench_tree: wrote {args.out} ({len(result['results'])} configs, {failed} failed)")
-    print(f"{'bs':>4} {'budget':>6} {'triton':>9} {'build':>8} {'topo':>8} {'accept':>8} {'torch':>8} {'heap':>9}")
+    print(
+        f"{'bs':>4} {'budget':>6} {'triton':>9} {'build':>8} {'bitonic':>8} {'merge':>8} {'topo':>8} "
+        f"{'accept':>8} {'torch':>8} {'heap':>9}"
+    )
     for r in result["results"]:
         if "error" in r:
             print(f"{r['bs']:>4} {r['budget']:>6} ERROR {r['error'][:80]}")
@@ -213,7 +225,7 @@ def main() -> int:
 
         print(
             f"{r['bs']:>4} {r['budget']:>6} {ms('triton_round_ms'):>9} {ms('triton_build_ms'):>8} "
-            f"{ms('triton_topology_ms'):>8} {ms('triton_accept_ms'):>8} {ms('torch_round_ms'):>8} "
+            f"{ms('triton_build_bitonic_ms'):>8} {ms('triton_build_merge_ms'):>8} {ms('triton_topology_ms'):>8} {ms('triton_accept_ms'):>8} {ms('torch_round_ms'):>8} "
             f"{ms('heap_build_ms'):>9}"
         )
     return 1 if failed else 0
