@@ -10,7 +10,7 @@ GPU, versions and the exact command.
 
     python benchmark/bench_e2e.py --target T --draft D --out benchmark/results/e2e.json \
         --configs plain,dflash,ddtree:16:4,ddtree:64:8 [--bs 1,16] [--attention-backend triton]
-Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``.
+Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, optionally ``+nograph`` / ``+nooverlap``.
 """
 
 from __future__ import annotations
@@ -40,14 +40,53 @@ PROMPTS = [
     "    @property\n    def name(self):\n        ",
     "if __name__ == \"__main__\":\n    ",
     "def flatten(nested):\n    for item in nested:\n        ",
+    "def binary_search(items, target):\n    lo, hi = 0, len(items) - 1\n    ",
+    "class Node:\n    def __init__(self, value, next=None):\n        ",
+    "def load_json(path):\n    import json\n    ",
+    "    def __len__(self):\n        return ",
+    "def main():\n    args = parse_args()\n    ",
+    "for key, value in sorted(mapping.items()):\n    ",
+    "def get(self, key, default=None):\n        ",
+    "    if not isinstance(name, str):\n        raise TypeError(",
+    "def write_lines(path, lines):\n    with open(path, \"w\") as f:\n        ",
+    "class Timer:\n    def __enter__(self):\n        ",
+    "def quicksort(xs):\n    if len(xs) <= 1:\n        return xs\n    ",
+    "    def close(self):\n        if self._closed:\n            ",
+    "import re\n\n_PATTERN = re.compile(",
+    "def count_words(text):\n    counts = {}\n    ",
+    "    except KeyError:\n        ",
+    "def __iter__(self):\n        ",
+    "class Config(object):\n    \"\"\"",
+    "def dedent(text):\n    lines = text.splitlines()\n    ",
+    "    while stack:\n        node = stack.pop()\n        ",
+    "def normalize_path(path):\n    ",
+    "    @classmethod\n    def from_dict(cls, data):\n        ",
+    "def chunks(seq, n):\n    for i in range(0, len(seq), n):\n        ",
+    "    def __hash__(self):\n        return hash(",
+    "def retry(func, attempts=3):\n    for attempt in range(attempts):\n        try:\n            ",
+    "        self.assertEqual(",
+    "def _check_type(value, expected):\n    if ",
+    "with tempfile.TemporaryDirectory() as tmp:\n    ",
+    "def encode(self, s, errors=\"strict\"):\n        ",
+    "class Error(Exception):\n    ",
+    "    def setUp(self):\n        ",
+    "def gcd(a, b):\n    while b:\n        ",
+    "    return \"\".join(",
 ]
 
 COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
-              sampling_backend="pytorch", cuda_graph_max_bs_decode=16, log_level="error")
+              sampling_backend="pytorch", cuda_graph_max_bs_decode=48, log_level="error")
 
 
 def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
+    """``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, each optionally suffixed ``+nograph``
+    (CUDA graphs off) and/or ``+nooverlap`` (``--disable-overlap-schedule``)."""
+    spec, *mods = spec.split("+")
     kw = dict(attention_backend=backend)
+    for mod in mods:
+        if mod not in _MODIFIERS:
+            raise ValueError(f"unknown config modifier {mod!r}: use one of {sorted(_MODIFIERS)}")
+        kw.update(_MODIFIERS[mod])
     if spec == "plain":
         return kw
     if spec == "dflash":
@@ -57,6 +96,9 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
         raise ValueError(f"unknown config {spec!r}: use plain | dflash | ddtree:<budget>:<topk>")
     return dict(kw, speculative_algorithm="DDTREE", speculative_draft_model_path=draft,
                 speculative_ddtree_budget=int(budget), speculative_ddtree_topk=int(topk))
+
+
+_MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True)}
 
 
 def run_config(spec, target, draft, prompts, args) -> dict:

@@ -2,7 +2,7 @@
 """GPU check of the DDTREE worker: greedy DDTREE output == plain target output, token for token.
 
 One ``sglang.Engine`` per configuration, run one after another in this process. Every configuration
-decodes the same prompts at batch sizes 1, 4 and 16 (requests submitted together); DDTREE outputs are
+decodes the same 48 prompts at batch sizes 1 (first 32 prompts), 4, 16 and 48 (requests submitted together); DDTREE outputs are
 compared with the plain (no speculation) engine of the same attention backend, per prompt. Results go
 to ``--out/results.jsonl`` (one line per configuration: pass counts, mismatches, mean accept length).
 
@@ -24,7 +24,7 @@ import time
 import traceback
 
 COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
-              sampling_backend="pytorch", cuda_graph_max_bs_decode=16, log_level="info",
+              sampling_backend="pytorch", cuda_graph_max_bs_decode=48, log_level="info",
               decode_log_interval=20)
 
 
@@ -44,6 +44,11 @@ CONFIGS = {
     "dd_triton_b15_nooverlap": ddtree(15, 4, disable_overlap_schedule=True),
     "dd_triton_b64_reversed": ddtree(64, 8, _env={"SGLANG_DDTREE_TEST_REVERSE_RANKS": "1"}),
     "dd_triton_b3": ddtree(3, 2),
+    "dd_triton_b256": ddtree(256, 8),
+    "dd_triton_b64_nograph": ddtree(64, 8, disable_cuda_graph=True),
+    "dd_flashinfer_b64": ddtree(64, 8, backend="flashinfer"),
+    "dd_flashinfer_b256": ddtree(256, 8, backend="flashinfer"),
+    "dd_flashinfer_b15_nooverlap": ddtree(15, 4, backend="flashinfer", disable_overlap_schedule=True),
     "dd_triton_b64_pkgtree": ddtree(64, 8, _env={"SGLANG_DDTREE_TREE_IMPL": "package"}),
     "dd_flashinfer_b15": ddtree(15, 4, backend="flashinfer"),
     "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
@@ -56,7 +61,7 @@ for _name in list(CONFIGS):
         CONFIGS[_name.replace("triton", "triton_fp32")] = dict(CONFIGS[_name], dtype="float32")
 
 
-def make_prompts(tokenizer, n=16):
+def make_prompts(tokenizer, n=48):
     words = ("the quick brown fox jumps over a lazy dog while speculative decoding drafts a tree of tokens "
              "and the target model verifies them alpha beta gamma delta one two three def class return").split()
     prompts = []
@@ -67,6 +72,8 @@ def make_prompts(tokenizer, n=16):
     return prompts
 
 
+BATCH_SIZES = (1, 4, 16, 48)  # every prompt at every batch size, except batch 1: the first BS1_PROMPTS
+BS1_PROMPTS = 32
 MODEL_DIRS = {"sharp": ("target_sharp", "draft_sharp"), "bias": ("target", "draft_bias")}
 
 
@@ -85,8 +92,8 @@ def run_config(name, target, draft, prompts, max_new_tokens):
     params = dict(temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True)
     out = {"outputs": {}, "accept": {}}
     try:
-        for bs in (1, 4, 16):
-            subset = prompts[:4] if bs == 1 else prompts
+        for bs in BATCH_SIZES:
+            subset = prompts[:BS1_PROMPTS] if bs == 1 else prompts
             ids, acc = [None] * len(subset), [None] * len(subset)
             for s in range(0, len(subset), bs):
                 res = engine.generate(input_ids=subset[s : s + bs], sampling_params=params)

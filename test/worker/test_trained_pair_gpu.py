@@ -23,7 +23,14 @@ pytestmark = pytest.mark.gpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EPSILON = 0.25
-CONFIGS = ["plain", "dflash", "ddtree:64:8", "ddtree:16:4", "ddtree:1:1"]
+# Issue 5's matrix on the trained pair: budgets {1, 15, 64, 256}, batch sizes {1, 4, 16, 48}, 48 distinct
+# prompts, CUDA graphs on and off, overlap scheduler on and off, triton and flashinfer.
+CONFIGS = {
+    "triton": ["plain", "dflash", "ddtree:1:1", "ddtree:15:4", "ddtree:64:8", "ddtree:256:8", "ddtree:64:8+nograph",
+               "ddtree:15:4+nooverlap"],
+    "flashinfer": ["plain", "ddtree:1:1", "ddtree:15:4", "ddtree:64:8", "ddtree:256:8", "ddtree:64:8+nograph"],
+}
+BATCH_SIZES = ["1", "4", "16", "48"]
 
 
 def _load(name):
@@ -34,15 +41,22 @@ def _load(name):
     return mod
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def report(request, tmp_path_factory):
     from sglang_ddtree.fixtures import tiny_pair_path
 
+    backend = request.param
     pair = tiny_pair_path()
-    out = tmp_path_factory.mktemp("e2e") / "e2e.json"
+    out = tmp_path_factory.mktemp("e2e") / f"e2e_{backend}.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "bench_e2e.py"), "--target", pair.target,
-                           "--draft", pair.draft, "--configs", ",".join(CONFIGS), "--bs", "1,16",
+                           "--draft", pair.draft, "--configs", ",".join(CONFIGS[backend]),
+                           "--bs", ",".join(BATCH_SIZES), "--num-prompts", "48", "--attention-backend", backend,
                            "--max-new-tokens", "64", "--out", str(out)], capture_output=True, text=True, timeout=1800)
+    keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
+    if keep:  # e.g. the device scripts bring the raw report back
+        os.makedirs(keep, exist_ok=True)
+        with open(out) as src, open(os.path.join(keep, out.name), "w") as dst:
+            dst.write(src.read())
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(out) as f:
         return json.load(f)
@@ -51,7 +65,7 @@ def report(tmp_path_factory):
 def test_every_config_ran(report):
     for rec in report["results"]:
         assert "error" not in rec, (rec["config"], rec.get("traceback"))
-        assert set(rec["by_bs"]) == {"1", "16"}
+        assert set(rec["by_bs"]) == set(BATCH_SIZES)
 
 
 def test_divergences_are_only_near_ties(report):
@@ -62,6 +76,11 @@ def test_divergences_are_only_near_ties(report):
     analyze = _load("analyze_divergence")
     target = Qwen3ForCausalLM.from_pretrained(report["settings"]["target"], dtype=torch.float32).eval()
     result = analyze.analyse(report, target, EPSILON)
+    keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
+    if keep:
+        name = f"divergence_{report['settings']['attention_backend']}.json"
+        with open(os.path.join(keep, name), "w") as f:
+            json.dump(result, f, indent=1)
     for name, c in result["configs"].items():
         bad = [case for case in c["cases"] if abs(case["margin"]) >= EPSILON or case["speculative_token_rank"] > 1]
         assert not bad, (name, bad)
@@ -70,4 +89,7 @@ def test_divergences_are_only_near_ties(report):
 
 def test_ddtree_accepts_more_than_dflash(report):
     acc = {r["config"]: r["by_bs"]["1"]["mean_accept_length"] for r in report["results"]}
-    assert acc["ddtree:64:8"] > acc["dflash"] > 1.0, acc
+    if "dflash" in acc:
+        assert acc["ddtree:64:8"] > acc["dflash"] > 1.0, acc
+    # a bigger tree never accepts less on the same prompts (up to bf16 noise); budget 1 is a 1-token chain
+    assert acc["ddtree:256:8"] >= acc["ddtree:64:8"] - 0.05 and acc["ddtree:64:8"] > acc["ddtree:15:4"] > acc["ddtree:1:1"] >= 1.0, acc

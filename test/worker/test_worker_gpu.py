@@ -46,9 +46,10 @@ def _run(models_root, tmp_path, configs):
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer"])
 def test_sharp_models_token_identical(models_root, tmp_path, backend):
-    dd = [f"dd_{backend}_b15", f"dd_{backend}_b1"]
-    dd += ["dd_triton_b64", "dd_triton_b15_nograph", "dd_triton_b15_nooverlap", "dd_triton_b64_reversed"] \
-        if backend == "triton" else ["dd_flashinfer_b64_nograph"]
+    dd = [f"dd_{backend}_b1", f"dd_{backend}_b15", f"dd_{backend}_b64", f"dd_{backend}_b256",
+          f"dd_{backend}_b64_nograph"]
+    dd += ["dd_triton_b15_nograph", "dd_triton_b15_nooverlap", "dd_triton_b64_reversed"] \
+        if backend == "triton" else ["dd_flashinfer_b15_nooverlap"]
     results = _run(models_root, tmp_path, [f"sharp:plain_{backend}"] + [f"sharp:{c}" for c in dd])
     for name in dd:
         rec = results[f"sharp:{name}"]
