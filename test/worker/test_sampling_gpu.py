@@ -1,20 +1,22 @@
 """GPU: at T > 0, DDTREE's tokens follow the same distribution as plain sampling (target-only tree sampling).
 
 Runs ``scripts/device/sampling_dist.py`` in a subprocess: the packaged trained pair (vocab 2048, bf16,
-triton), 3 prompts x 2,000 requests x the first 3 generated tokens, at temperature 0.7 and at
-temperature 0.7 + top_p 0.9 + top_k 20, with the plain engine and with DDTREE (budget 16, top-K 4).
+triton), 3 prompts x 2,000 requests x the first 3 generated tokens, at temperature 0.7 alone, with
+top_k 20, and with top_p 0.9 + top_k 20, with the plain engine and with DDTREE (budget 16, top-K 4).
 The first token comes from the prefill sampler in both engines; the second is DDTREE's first tree
 round (accepted node or bonus token), so it and the (first, second) pair are the real test.
 
 Two-sample chi-square (``_sampling_stats.chi2_two_sample``, categories expected < 5 times pooled) of
 DDTREE vs plain for the first token, the second token and the pair, per prompt and setting: p > P_MIN =
-0.001. Under a correct sampler one comparison fails with probability 0.001, the 18 together ~2%; with
+0.001. Under a correct sampler one comparison fails with probability 0.001, the 27 together ~3%; with
 2,000 draws per side, moving 5% of the mass from the top token (~0.3) to one of ~0.07 gives p < 1e-4
 (``test_sampling_stats.py``); shifts between two large tokens need more (chi-square ~ n delta^2 / p).
-Sanity against the exact float32 distribution of the reference target (first token: SGLang's plain
-filter; second token: the marginal over first tokens, with the plain filter for the plain engine and
-tree sampling's top-k-renorm-then-top-p filter for DDTREE): goodness of fit p > P_EXACT = 1e-6, looser
-because the engines compute bf16 logits (a few hundredths of a logit move probabilities by ~1-5%).
+This caught upstream tree sampling's filter order (top-k, renormalise, then top-p: p ~ 1e-21 against
+plain at top_p 0.9 + top_k 20); DDTREE now filters like plain decoding (``worker/sampling.py``).
+Sanity against the exact float32 distribution of the reference target, settings without top_p (first
+token: SGLang's plain filter; second token: the marginal over first tokens): goodness of fit p >
+P_EXACT = 1e-6, looser because the engines compute bf16 logits (a few hundredths of a logit move
+probabilities by ~1-5%).
 Needs the wheel installed (the plugin's entry point) and SGLang's GPU stack.
 """
 
@@ -33,7 +35,12 @@ pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 P_MIN = 1e-3
 P_EXACT = 1e-6
-SETTINGS = {"t0.7": dict(temperature=0.7), "t0.7_p0.9_k20": dict(temperature=0.7, top_p=0.9, top_k=20)}
+SETTINGS = {"t0.7": dict(temperature=0.7), "t0.7_k20": dict(temperature=0.7, top_k=20),
+            "t0.7_p0.9_k20": dict(temperature=0.7, top_p=0.9, top_k=20)}
+# The float32 goodness-of-fit check leaves out top_p settings: whether the token at the top-p boundary is
+# kept is a discrete decision on a cumulative sum that bf16 logits move by ~1% (on the H200 even the plain
+# engine's FIRST token failed it at top_p 0.9, p ~ 1e-13, while plain and DDTREE agreed with each other).
+EXACT_SETTINGS = [name for name, s in SETTINGS.items() if "top_p" not in s]
 NUM_PROMPTS = 3
 
 
@@ -95,16 +102,15 @@ def test_ddtree_matches_plain(report, setting, prompt, position):
     assert r.p > P_MIN, (setting, prompt, position, r)
 
 
-@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("setting", EXACT_SETTINGS)
 @pytest.mark.parametrize("prompt", range(NUM_PROMPTS))
 @pytest.mark.parametrize("config", ["plain", "ddtree:16:4"])
 def test_close_to_exact_target(report, target, setting, prompt, config):
     s = SETTINGS[setting]
     ids = report["prompt_ids"][prompt]
     first = st.plain_probs(st.exact_next(target, ids), s["temperature"], s.get("top_p", 1.0), s.get("top_k", -1))
-    filt = st.plain_probs if config == "plain" else st.tree_probs
     second = st.exact_second(target, ids, first,
-                             lambda lg: filt(lg, s["temperature"], s.get("top_p", 1.0), s.get("top_k", -1)))
+                             lambda lg: st.plain_probs(lg, s["temperature"], s.get("top_p", 1.0), s.get("top_k", -1)))
     draws = _draws(report, config, setting, prompt)
     for name, probs, sample in (("first", first, [d[0] for d in draws]), ("second", second, [d[1] for d in draws])):
         r = st.chi2_goodness_of_fit(sample, st.as_dict(probs))
