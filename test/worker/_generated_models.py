@@ -57,6 +57,18 @@ def _patch_config(path: str, **updates) -> None:
         json.dump(cfg, f, indent=1)
 
 
+def _save_pair(target, drafter, target_dir: str, draft_dir: str) -> None:
+    """bf16 checkpoints with the packaged tokenizer, the config fields SGLang reads set."""
+    import torch
+
+    target.to(torch.bfloat16).save_pretrained(target_dir)
+    _patch_config(target_dir, torch_dtype="bfloat16", dtype="bfloat16", bos_token_id=EOS_ID,
+                  eos_token_id=EOS_ID, pad_token_id=EOS_ID)
+    drafter.save_pretrained(draft_dir, dtype=torch.bfloat16)
+    for d in (target_dir, draft_dir):
+        _copy_tokenizer(d)
+
+
 def write_pair(target_dir: str, draft_dir: str, *, sharp: bool, seed: int) -> None:
     import torch
 
@@ -66,12 +78,7 @@ def write_pair(target_dir: str, draft_dir: str, *, sharp: bool, seed: int) -> No
         target = random_target(seed=seed, sharp=sharp, cfg=target_config(), mask_token_id=MASK_ID)
         drafter = random_drafter(target, seed=seed, sharp=sharp, num_layers=DRAFT_LAYERS, block_size=BLOCK_SIZE,
                                  target_layer_ids=TARGET_LAYER_IDS, mask_token_id=MASK_ID)
-    target.to(torch.bfloat16).save_pretrained(target_dir)
-    _patch_config(target_dir, torch_dtype="bfloat16", dtype="bfloat16", bos_token_id=EOS_ID,
-                  eos_token_id=EOS_ID, pad_token_id=EOS_ID)
-    drafter.save_pretrained(draft_dir, dtype=torch.bfloat16)
-    for d in (target_dir, draft_dir):
-        _copy_tokenizer(d)
+    _save_pair(target, drafter, target_dir, draft_dir)
 
 
 def model_dirs(root: str, variant: str):
@@ -109,12 +116,7 @@ def write_succ_pair(root: str, seed: int = 3):
                 layer.mlp.down_proj.weight.zero_()
         drafter = random_drafter(target, seed=seed, sharp=True, num_layers=DRAFT_LAYERS, block_size=BLOCK_SIZE,
                                  target_layer_ids=TARGET_LAYER_IDS, mask_token_id=MASK_ID)
-    target.to(torch.bfloat16).save_pretrained(target_dir)
-    _patch_config(target_dir, torch_dtype="bfloat16", dtype="bfloat16", bos_token_id=EOS_ID,
-                  eos_token_id=EOS_ID, pad_token_id=EOS_ID)
-    drafter.save_pretrained(draft_dir, dtype=torch.bfloat16)
-    for d in (target_dir, draft_dir):
-        _copy_tokenizer(d)
+    _save_pair(target, drafter, target_dir, draft_dir)
     return target_dir, draft_dir
 
 

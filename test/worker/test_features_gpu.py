@@ -36,16 +36,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 import _features_helpers as H
+from _http_helpers import free_port as _free_port, http as _http, wait_healthy
 from test_trained_pair_gpu import EPSILON
 
 pytestmark = pytest.mark.gpu
@@ -313,22 +312,6 @@ def test_context_limit(runs, target, phase):
 
 
 # ---- HTTP server ------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _http(url, data=None, timeout=120):
-    req = urllib.request.Request(url, data=None if data is None else json.dumps(data).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def _post_json(url, data, timeout=120):
     status, body = _http(url, data, timeout)
     assert status == 200, (url, status, body[:2000])
@@ -373,16 +356,7 @@ def server(pair, tmp_path_factory):
                             start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 300
-        while True:
-            assert proc.poll() is None, "server exited:\n" + log_path.read_text()[-6000:]
-            assert time.time() < deadline, "server not healthy after 300 s:\n" + log_path.read_text()[-6000:]
-            try:
-                if _http(base + "/health", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(2)
+        wait_healthy(base, proc, log_path, 300)
         yield base, log_path
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -12,14 +12,13 @@ the tree is at most 15 deep and accept lengths are 1..16), triton, the settings 
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _http_helpers import free_port as _free_port, http as _http, wait_healthy  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -123,22 +122,6 @@ def test_engine_meta_info_log_and_refusals(tmp_path):
         assert float(rate) == pytest.approx((float(mean) - 1) / depth, abs=0.006)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url, data=None, timeout=60):
-    req = urllib.request.Request(url, data=None if data is None else json.dumps(data).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def test_server_metrics_endpoint(tmp_path):
     pair = _pair()
     port = _free_port()
@@ -151,24 +134,16 @@ def test_server_metrics_endpoint(tmp_path):
     server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            assert server.poll() is None, open(tmp_path / "server.log").read()[-4000:]
-            try:
-                if _get(base + "/health", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(2)
+        wait_healthy(base, server, tmp_path / "server.log", 600)
         greedy = dict(temperature=0.0, max_new_tokens=64, ignore_eos=True)
         for prompt in PROMPTS:
-            status, body = _get(base + "/generate", dict(text=prompt, sampling_params=greedy), timeout=300)
+            status, body = _http(base + "/generate", dict(text=prompt, sampling_params=greedy), timeout=300)
             assert status == 200, body
             assert json.loads(body)["meta_info"]["spec_verify_ct"] > 0
-        status, body = _get(base + "/generate", dict(text=PROMPTS[0], sampling_params=greedy, return_logprob=True))
+        status, body = _http(base + "/generate", dict(text=PROMPTS[0], sampling_params=greedy, return_logprob=True))
         assert "DDTREE speculative decoding does not support return_logprob" in body, (status, body)
 
-        status, text = _get(base + "/metrics")
+        status, text = _http(base + "/metrics")
         assert status == 200
         depth = _max_depth(pair)
         counts = {int(m.group(1)): float(m.group(2)) for m in re.finditer(
