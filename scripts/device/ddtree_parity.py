@@ -49,7 +49,6 @@ CONFIGS = {
     "dd_flashinfer_b64": ddtree(64, 8, backend="flashinfer"),
     "dd_flashinfer_b256": ddtree(256, 8, backend="flashinfer"),
     "dd_flashinfer_b15_nooverlap": ddtree(15, 4, backend="flashinfer", disable_overlap_schedule=True),
-    "dd_triton_b64_pkgtree": ddtree(64, 8, _env={"SGLANG_DDTREE_TREE_IMPL": "package"}),
     "dd_flashinfer_b15": ddtree(15, 4, backend="flashinfer"),
     "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
     "dd_flashinfer_b1": ddtree(1, 1, backend="flashinfer"),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device driver for the DDTREE worker's GPU checks; run from the repo root through the `run` tool with
 # carry [".device"] (.device/make_tiny_models.py = ../shared/device/make_tiny_models.py).
-#   [TREE_IMPL=stopgap] bash scripts/device/worker_gpu.sh "<variant:config,...>" [deadline_s] [block_size]
+#   bash scripts/device/worker_gpu.sh "<variant:config,...>" [deadline_s] [block_size]
 # Writes $OUT/results.jsonl, $OUT/run.log (full log), $OUT/jitcache.tar.xz.
 set -uo pipefail
 source .device/env.sh
@@ -14,7 +14,6 @@ mkdir -p "$EP"
 printf 'Metadata-Version: 2.1\nName: sglang-ddtree\nVersion: 0.0.0.dev0\n' > "$EP/METADATA"
 printf '[sglang.srt.plugins]\nddtree = sglang_ddtree.plugin:register\n' > "$EP/entry_points.txt"
 export PYTHONPATH=/tmp/ddt_ep:$PYTHONPATH
-export SGLANG_DDTREE_TREE_IMPL=${TREE_IMPL:-auto}
 BLOCK=${3:-8}
 ROOT=/tmp/tiny_models/b$BLOCK
 for VARIANT in $(echo "$1" | tr ',' '\n' | cut -d: -f1 | sort -u); do

@@ -1,12 +1,13 @@
 """CPU: the TEST-ONLY draft oracle (``sglang_ddtree.worker.draft_oracle``) builds what it promises.
 
 Per position: log-probs sorted descending and <= 0, ids distinct and in the vocabulary; the true
-continuation at the planned rank up to the cut and absent at the cut depth. Through the worker's real
-tree builders and a greedy acceptance walk against the successor map, every round accepts exactly its
-planned number of drafts, through its planned sibling; across many (root, position) pairs the plans
-cover every accept length 0..D and every branch depth and rank. The knob parsing, the JSON loader, and
-the GPU test's exact scenario (``test_accept_coverage_gpu.py``) replayed on CPU with the generated
-"succ" models: the model is context-free and the replay covers every accept length and branch depth.
+continuation at the planned rank up to the cut and absent at the cut depth. Through the worker's tree
+builder (``tree_api.build_tree``) and a greedy acceptance walk against the successor map, every round
+accepts exactly its planned number of drafts, through its planned sibling; across many (root, position)
+pairs the plans cover every accept length 0..D and every branch depth and rank. The knob parsing (the
+removed SGLANG_DDTREE_TREE_IMPL included), the JSON loader, and the GPU test's exact scenario
+(``test_accept_coverage_gpu.py``) replayed on CPU with the generated "succ" models: the model is
+context-free and the replay covers every accept length and branch depth.
 """
 
 import collections
@@ -24,7 +25,7 @@ from sglang_ddtree.worker.debug import WorkerKnobs  # noqa: E402
 from sglang_ddtree.worker.draft_oracle import (DraftOracle, load_draft_oracle, max_branch_rank,  # noqa: E402
                                                oracle_plan, oracle_topk, replay_rounds, true_continuation)
 from sglang_ddtree.worker.geometry import RoundGeometry  # noqa: E402
-from sglang_ddtree.worker.tree_api import STOPGAP, fill_root, resolve_tree_impl  # noqa: E402
+from sglang_ddtree.worker.tree_api import build_tree, fill_root  # noqa: E402
 
 V = 97
 
@@ -90,12 +91,10 @@ def test_cheap_prefixes_fit_the_budget(depth, topk, budget):
     assert max_branch_rank(4, 10, 7) == 0 and max_branch_rank(1, 64, 7) == 0 and max_branch_rank(4, 3, 3) == 0
 
 
-@pytest.mark.parametrize("impl", ["auto", "stopgap"])
 @pytest.mark.parametrize("depth,topk,budget", [(7, 4, 64), (7, 8, 64), (7, 4, 28), (15, 4, 64), (7, 2, 7)])
-def test_trees_accept_exactly_the_plan(impl, depth, topk, budget):
+def test_trees_accept_exactly_the_plan(depth, topk, budget):
     """Build the worker's tree from the oracle's top-K, walk it greedily against succ: accepted drafts
     == plan.cut, and the accepted node at the branch depth is that depth's rank-r candidate."""
-    tree_impl = resolve_tree_impl(impl) if impl == "auto" else STOPGAP
     succ = _succ()
     roots, pos = _inputs(256)
     g = RoundGeometry(budget=budget, topk=topk, block_size=depth + 1)
@@ -103,7 +102,7 @@ def test_trees_accept_exactly_the_plan(impl, depth, topk, budget):
                          max_accept=g.max_depth, device="cpu")
     lp, ids = oracle(roots, pos)
     plan = oracle_plan(roots, pos, seed=3, max_accept=g.max_depth, max_rank=oracle.max_rank)
-    tree = tree_impl.build(lp, ids, budget)
+    tree = build_tree(lp, ids, budget)
     tokens = fill_root(tree, roots)
     branched = collections.Counter()
     for i in range(roots.shape[0]):
@@ -164,6 +163,13 @@ def test_knob_and_loader(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_DDTREE_TEST_DRAFT_ORACLE", str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="not a file"):
         WorkerKnobs.from_env()
+    monkeypatch.delenv("SGLANG_DDTREE_TEST_DRAFT_ORACLE")
+    for stale in ("stopgap", "package"):  # the removed tree-builder knob stops the worker, never ignored
+        monkeypatch.setenv("SGLANG_DDTREE_TREE_IMPL", stale)
+        with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_IMPL.*removed"):
+            WorkerKnobs.from_env()
+    monkeypatch.delenv("SGLANG_DDTREE_TREE_IMPL")
+    assert WorkerKnobs.from_env() == WorkerKnobs()
 
     g = RoundGeometry(budget=64, topk=4, block_size=8)
     oracle = load_draft_oracle(str(spec), g, vocab_size=V, device="cpu")

@@ -1,47 +1,56 @@
 """Accept + commit logic of a round on CPU: tree -> topology -> greedy tree verify (a re-statement of
-sgl_kernel.verify_tree_greedy) -> emitted tokens, bonus, KV moves and the drafter's new context."""
+sgl_kernel.verify_tree_greedy) -> emitted tokens, bonus, KV moves and the drafter's new context.
+The worker's tree (``tree_api.build_tree``) is held against the paper's heap (``build_tree_reference``)."""
 
 import pytest
 import torch
 
-from sglang_ddtree.worker import _tree_stopgap as tg
+from sglang_ddtree.tree.reference import build_tree_reference
 from sglang_ddtree.worker.geometry import RoundGeometry
-from sglang_ddtree.worker.tree_api import fill_root, resolve_tree_impl
+from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
 
 from _worker_oracles import accept_walk, verify_tree_greedy
 
 
-IMPLS = ["stopgap", "package"]
-
-
-def _make_round(bs, depth, k, budget, seed, impl="stopgap"):
+def _make_round(bs, depth, k, budget, seed):
     g = torch.Generator().manual_seed(seed)
     vocab = 6  # tiny vocabulary: the target often agrees with some branch
     lp, ids = torch.log_softmax(torch.randn(bs, depth, vocab, generator=g), -1).topk(k, dim=-1)
-    tree = resolve_tree_impl(impl).build(lp, ids, budget)
+    tree = build_tree(lp, ids, budget)
+    for b in range(bs):  # every request's tree is exactly the heap's: node set, row order, scores, pads
+        ref = build_tree_reference(lp[b], ids[b], budget)
+        for field in ("token_ids", "parents", "depths", "scores", "valid"):
+            assert torch.equal(getattr(tree, field)[b], getattr(ref, field)[0]), (field, b)
     tokens = fill_root(tree, torch.randint(vocab, (bs,), generator=g))
     target_next = torch.randint(vocab, tokens.shape, generator=g)
     return tree, tokens, target_next
 
 
-@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("slack", [0, 11])  # the worker passes a host upper bound of sum(prefix)
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("depth,k,budget", [(7, 3, 15), (7, 4, 64), (3, 2, 1), (5, 6, 30)])
-def test_greedy_accept_matches_longest_path(impl, seed, depth, k, budget):
+def test_greedy_accept_matches_longest_path(slack, seed, depth, k, budget):
     bs = 5
     geometry = RoundGeometry(budget=budget, topk=k, block_size=depth + 1)
-    tree, tokens, target_next = _make_round(bs, depth, k, budget, seed, impl)
+    tree, tokens, target_next = _make_round(bs, depth, k, budget, seed)
     n, width = geometry.num_verify_tokens, geometry.accept_width
     prefix = torch.randint(3, 30, (bs,), generator=torch.Generator().manual_seed(seed))
-    bound = int(prefix.sum()) + (11 if impl == "stopgap" else 0)  # the stop-gap takes a host upper bound
-    mask, pos, r_index, r_next, r_sib = resolve_tree_impl(impl).topology(tree, prefix, geometry.max_depth, bound)
+    bound = int(prefix.sum()) + slack
+    mask, pos, r_index, r_next, r_sib = verify_topology(tree, prefix, bound)
     assert mask.numel() == n * (bound + bs * n) and pos.shape == (bs * n,)
     off = 0
-    for b in range(bs):  # FULL_MASK rows: prefix visible, tree part = ancestors (spot-check the root row)
+    for b in range(bs):  # FULL_MASK rows: prefix visible, tree part = the row itself and its ancestors
         p = int(prefix[b])
         rows = mask[off : off + n * (p + n)].view(n, p + n)
-        assert bool(rows[:, :p].all()) and rows[0, p:].tolist() == [True] + [False] * (n - 1)
+        assert bool(rows[:, :p].all())
+        for i in range(n):
+            anc, cur = {i}, int(tree.parents[b, i])
+            while cur >= 0:
+                anc.add(cur)
+                cur = int(tree.parents[b, cur])
+            assert {j for j in range(n) if bool(rows[i, p + j])} == anc, (b, i)
+        assert pos.view(bs, n)[b].tolist() == [p + int(d) for d in tree.depths[b]]
         off += n * (p + n)
     predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, width)
     accept_lens = num + 1
@@ -82,13 +91,14 @@ def test_chain_tree_reduces_to_chain_verification():
     """K = 1: the tree is DFLASH's chain; acceptance = longest matching prefix of the chain."""
     bs, depth = 3, 7
     tree, tokens, _ = _make_round(bs, depth, 1, 64, seed=1)
-    n = 65
+    assert tree.parents[:, : depth + 1].tolist() == [[-1] + list(range(depth))] * bs  # a chain, then pads
+    assert not bool(tree.valid[:, depth + 1 :].any())
     target_next = torch.zeros_like(tokens)
     keep = [0, 3, 7]  # accepted drafts per request
     for b in range(bs):
         target_next[b, :depth] = tokens[b, 1 : depth + 1]
         target_next[b, keep[b]] = (tokens[b, keep[b] + 1] + 1) % 6 if keep[b] < depth else 5
     prefix = torch.tensor([5, 6, 7])
-    _, _, r_index, r_next, r_sib = tg.verify_topology(tree, prefix, depth, n * int((prefix + n).sum()))
+    _, _, r_index, r_next, r_sib = verify_topology(tree, prefix, int(prefix.sum()))
     predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, depth + 1)
     assert num.tolist() == keep

@@ -4,7 +4,7 @@ Modules, one concern each (the round is draft -> build tree -> verify -> accept 
   worker      ``DDTreeWorker`` (a ``DFlashWorkerV2``), orchestrates the round
   geometry    static per-round shapes and the drafter's view of the server args
   draft_head  top-K draft log-probs from the target's (vocab-parallel) LM head
-  tree_api    tree construction and verify topology (``sglang_ddtree.tree`` or a stop-gap)
+  tree_api    the door to ``sglang_ddtree.tree``: tree construction and verify topology
   info        the draft-state and verify SpecInput dataclasses
   kv_commit   KV moves and drafter context of the accepted path
   hooks       upstream hooks: CUDA-graph capture with a tree mask, KV reservation sizing, and the

@@ -36,7 +36,7 @@ from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.geometry import RoundGeometry, draft_server_args_view
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
-from sglang_ddtree.worker.tree_api import fill_root, resolve_tree_impl
+from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,6 @@ class DDTreeWorker(DFlashWorkerV2):
             raise RuntimeError(f"DDTREE: draft block size {self.block_size} != configured {geometry.block_size}.")
         DDTreeDraftInput.reserve_per_decode = geometry.reserve_per_decode
         self.knobs = WorkerKnobs.from_env()
-        self.tree_impl = resolve_tree_impl(self.knobs.tree_impl)
         self._draft_oracle = None
         if self.knobs.draft_oracle_path:  # TEST ONLY: a planned draft top-K (draft_oracle.py)
             from sglang_ddtree.worker.draft_oracle import load_draft_oracle
@@ -74,9 +73,9 @@ class DDTreeWorker(DFlashWorkerV2):
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
-                "KV reserve %d/round, tree builder %s%s.",
+                "KV reserve %d/round%s.",
                 geometry.budget, geometry.topk, geometry.block_size, geometry.num_verify_tokens,
-                geometry.max_depth, geometry.reserve_per_decode, self.tree_impl.name,
+                geometry.max_depth, geometry.reserve_per_decode,
                 ", TEST reversed draft ranks" if self.knobs.reverse_draft_ranks else "",
             )
 
@@ -127,7 +126,7 @@ class DDTreeWorker(DFlashWorkerV2):
             log_probs, token_ids = self._draft_oracle(draft_input.bonus_tokens, prefix)
         if self.knobs.reverse_draft_ranks:
             token_ids = token_ids.flip(-1)
-        tree = self.tree_impl.build(log_probs, token_ids, g.budget)
+        tree = build_tree(log_probs, token_ids, g.budget)
         tokens = fill_root(tree, draft_input.bonus_tokens)
 
         verify_loc = assign_extend_cache_locs_func(
@@ -139,7 +138,7 @@ class DDTreeWorker(DFlashWorkerV2):
         n = g.num_verify_tokens
         # prefix_sum bounds sum(prefix) on the host; it sizes the FULL_MASK, which backends index by the
         # device lengths (and pad with True up to their own host bound).
-        mask, positions, r_index, r_next, r_sibling = self.tree_impl.topology(tree, prefix, g.max_depth, prefix_sum)
+        mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, prefix_sum)
         verify_input = DDTreeVerifyInput(
             draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=g.topk,
             custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
