@@ -3,7 +3,8 @@
 Serves the build-tree step. Keys are int64: score code << 31 | (2**31 - 1 - candidate index), see
 ``_ordkey.py`` (larger = better; ties to the lower index). Phase 1: for depth 1..L-1, the sorted
 top-``budget`` of (kept parents x top-K); the K candidate rows are already sorted runs, merged either
-by log2(K) bitonic merge rounds in registers (MERGE=False; many cross-warp stages per depth) or by
+by log2(K) bitonic merge rounds in registers (MERGE=False; the frontier stays in registers between
+depths; many cross-warp stages per depth) or by
 log2(K) merge-path rounds through a small scratch (MERGE=True; per depth about log2(budget) + a few
 dependent loads per thread and one barrier per round). The frontier keys go to a workspace. Phase 2:
 the global top-``budget`` as a count per depth (binary search on the score code; ties to the lower
@@ -49,6 +50,17 @@ def _swap_with_partner(h, desc, P: tl.constexpr, N_DIMS: tl.constexpr):
     partner = h ^ tl.reduce(h, N_DIMS - 1 - P, _xor, keep_dims=True)
     take = (partner > h) ^ (_bit(N_DIMS, P) == 1) ^ (desc == 0)
     return tl.where(take, partner, h)
+
+
+@triton.jit
+def _reverse(x, LOG_N: tl.constexpr):
+    """Reverse a 1-D int64 tensor of 2**LOG_N elements (flip every index bit)."""
+    if LOG_N > 0:
+        h = tl.reshape(x, [2] * LOG_N)
+        for p in tl.static_range(LOG_N):
+            h = h ^ tl.reduce(h, p, _xor, keep_dims=True)
+        x = tl.reshape(h, [2**LOG_N])
+    return x
 
 
 @triton.jit
@@ -232,24 +244,25 @@ def ddtree_build_kernel(
             flip_row = ks_col < 0
         pslot_tile = tl.where(flip_row, BLOCK_B - 1 - cols, cols)
         cand_idx = (pslot_tile * BLOCK_K + ks_col).to(tl.int64)
+        f_key = tl.where(slots < 1, 4611686018427387904, 0).to(tl.int64)  # root: 2**62 = code 2**31 = +0
         for d in range(depth_limit):
             lp = tl.load(lp_ptr + b * stride_lp_b + d * stride_lp_d + ks, mask=ks < k_eff, other=0.0)
             lp = tl.minimum(lp, 0.0)
-            # Parent keys straight into the tile layout (odd rows reversed) from the previous depth's
-            # workspace row: no in-register reversal. Depth 0: the root, key 2**62 (code 2**31 = +0).
-            if d == 0:
-                p_key = tl.where(pslot_tile == 0, 4611686018427387904, 0).to(tl.int64)
-            else:
-                p_key = tl.load(key_ws + (d - 1) * BLOCK_B + pslot_tile)
-            p_code = p_key >> 31
-            ok = (p_code > 0) & (ks < k_eff)[:, None]
-            cand = tl.where(p_code > 0, _code_score(p_code), float("-inf")) + lp[:, None]  # [BLOCK_K, BLOCK_B]
+            # The frontier stays in registers: odd rows read it as is, even rows reversed (in registers;
+            # a workspace round trip + barrier per depth instead cost ~20-60% on the H200, session 2).
+            f_key_rev = _reverse(f_key, LOG_B)
+            code_f, code_r = f_key >> 31, f_key_rev >> 31
+            s_f = tl.where(code_f > 0, _code_score(code_f), float("-inf"))
+            s_r = tl.where(code_r > 0, _code_score(code_r), float("-inf"))
+            parent_ok = tl.where(flip_row, (code_r > 0)[None, :], (code_f > 0)[None, :])
+            cand = tl.where(flip_row, s_r[None, :], s_f[None, :]) + lp[:, None]  # [BLOCK_K, BLOCK_B]
+            ok = parent_ok & (ks < k_eff)[:, None]
             code = tl.where(ok, _score_code(cand), 0)
             key = (code << 31) | (_IDX_MASK - cand_idx)
             top = _top_run_of_sorted_runs(tl.reshape(key, [BLOCK_B * BLOCK_K]), LOG_B, LOG_K)
             f_key = tl.where(((top >> 31) > 0) & (slots < budget), top, 0)  # [BLOCK_B] descending
             tl.store(key_ws + d * BLOCK_B + slots, f_key)
-            tl.debug_barrier()  # the next depth (and phase 2) reads this row in another layout
+        tl.debug_barrier()  # phase 2 reads the workspace in another layout
 
     # ---- phase 2: how many leading slots of each depth are in the global top-budget ---------------
     # Codes as int32 (code - 2**31; -2**31 = empty) to halve the registers of the [BLOCK_D, BLOCK_B] tile.
