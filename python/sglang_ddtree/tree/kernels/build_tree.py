@@ -4,9 +4,8 @@ Serves the build-tree step. Keys are int64: score code << 31 | (2**31 - 1 - cand
 ``_ordkey.py`` (larger = better; ties to the lower index). Phase 1: for depth 1..L-1, the sorted
 top-``budget`` of (kept parents x top-K); the K candidate rows are already sorted runs, merged either
 by log2(K) bitonic merge rounds in registers (MERGE=False; the frontier stays in registers between
-depths; many cross-warp stages per depth) or by
-log2(K) merge-path rounds through a small scratch (MERGE=True; per depth about log2(budget) + a few
-dependent loads per thread and one barrier per round). The frontier keys go to a workspace. Phase 2:
+depths; many cross-warp stages per depth) or by log2(K) merge-path rounds through a small scratch
+(MERGE=True; per depth about log2(budget) + a few dependent loads per thread and one barrier per round). The frontier keys go to a workspace. Phase 2:
 the global top-``budget`` as a count per depth (binary search on the score code; ties to the lower
 depth, then the lower slot). Phase 3: rows are depth-major in frontier order, written with no
 cross-thread traffic. Both phase-1 variants produce identical keys, hence identical trees."""
