@@ -96,6 +96,12 @@ else:
             lp, ids = random_inputs(2, 15, 8, gen, style)
             want = build_tree_torch(lp, ids, budget)
             assert_trees_equal(build_tree_triton(lp, ids, budget, strategy="merge"), want, style)
+        # Rounds split into several passes of segments (more than _SEG_MAX outputs per segment otherwise):
+        # budget class 1024 with K 16 / K 8 and budget 256 with K 64.
+        for style, depth_limit, k, budget in (("softmax", 3, 16, 520), ("ties", 2, 8, 1000), ("softmax", 2, 64, 256)):
+            lp, ids = random_inputs(1, depth_limit, k, gen, style)
+            want = build_tree_torch(lp, ids, budget)
+            assert_trees_equal(build_tree_triton(lp, ids, budget, strategy="merge"), want, (style, k, budget))
 
     def test_build_kernel_strided_inputs():
         gen = torch.Generator().manual_seed(2)
