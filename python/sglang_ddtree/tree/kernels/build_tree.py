@@ -137,18 +137,18 @@ def _merge_segments(par_row, lp_row, scratch, out_row, d, k_eff, budget, seg0, R
                     SEG: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, LOG_B: tl.constexpr,
                     LOG_K: tl.constexpr, NUM_SEG: tl.constexpr):
     """Segments seg0 .. seg0 + NUM_SEG - 1 of round R (segment s: outputs [t0, t0 + SEG) of merge m)."""
-    # The co-rank search runs on 1-D [NUM_SEG] tensors (about one segment per thread); [NUM_SEG, 1]
-    # tensors here would sit in the 2-D window layout, several segments per thread (sm_90: 255
-    # registers and spills at budget 1024, K 16). Its results are expanded to 2-D for the windows.
-    seg = seg0 + tl.arange(0, NUM_SEG)
-    m1 = seg // (BLOCK_B // SEG)
-    t0_1 = (seg % (BLOCK_B // SEG)) * SEG
+    seg = seg0 + tl.arange(0, NUM_SEG)[:, None]  # [NUM_SEG, 1]: 2-D so the windows below broadcast in place
+    m = seg // (BLOCK_B // SEG)
+    t0 = (seg % (BLOCK_B // SEG)) * SEG
     src = scratch + ((R + 1) % 2) * (BLOCK_K // 2) * BLOCK_B  # round R - 1's output
+    run_a = 2 * m
+    run_b = 2 * m + 1
     # co-rank: i = #A among the first t0 outputs = smallest i in [0, t0] with i == t0 or A[i] < B[t0-1-i].
     # 8-ary search: 7 independent probes per step shrink [lo, hi] to at most (hi - lo) // 8, so
     # LOG_B // 3 + 1 dependent steps (instead of LOG_B + 1 for a binary search).
-    lo = t0_1 * 0
-    hi = t0_1
+    # (A 1-D [NUM_SEG] search expanded afterwards compiled no better on sm_90: 20 B of spills at 512/8.)
+    lo = t0 * 0
+    hi = t0
     for _ in tl.static_range(LOG_B // 3 + 1):
         span = hi - lo
         new_lo = lo
@@ -156,24 +156,20 @@ def _merge_segments(par_row, lp_row, scratch, out_row, d, k_eff, budget, seg0, R
         for k in tl.static_range(1, 8):
             c = lo + (span * k) // 8
             active = c < hi
-            a = _run_key(src, par_row, lp_row, 2 * m1, tl.where(active, c, -1), d, k_eff, R == 0, BLOCK_B, BLOCK_K)
-            bb = _run_key(src, par_row, lp_row, 2 * m1 + 1, tl.where(active, t0_1 - 1 - c, -1), d, k_eff, R == 0,
+            a = _run_key(src, par_row, lp_row, run_a, tl.where(active, c, -1), d, k_eff, R == 0, BLOCK_B, BLOCK_K)
+            bb = _run_key(src, par_row, lp_row, run_b, tl.where(active, t0 - 1 - c, -1), d, k_eff, R == 0,
                           BLOCK_B, BLOCK_K)
             q = a < bb
             new_hi = tl.where(active & q, tl.minimum(new_hi, c), new_hi)
             new_lo = tl.where(active & (q == 0), tl.maximum(new_lo, c + 1), new_lo)
         lo = new_lo
         hi = new_hi
-    m = m1[:, None]  # [NUM_SEG, 1]
-    t0 = t0_1[:, None]
-    run_a = 2 * m
-    run_b = 2 * m + 1
     # The segment's SEG outputs lie in A[i, i + SEG) and B[j, j + SEG): load both windows at once and
     # place each key by its rank (its index + the keys of the other window above it; keys are unique,
     # and a key whose rank is < SEG has all larger keys of the other run inside that window).
     ps = tl.arange(0, SEG)[None, :]
-    i0 = lo[:, None]
-    j0 = t0 - i0
+    i0 = lo
+    j0 = t0 - lo
     a_w = _run_key(src, par_row, lp_row, run_a, i0 + ps, d, k_eff, R == 0, BLOCK_B, BLOCK_K)  # [NUM_SEG, SEG]
     b_w = _run_key(src, par_row, lp_row, run_b, j0 + ps, d, k_eff, R == 0, BLOCK_B, BLOCK_K)
     rank_a = ps + tl.zeros([NUM_SEG, SEG], dtype=tl.int32)
