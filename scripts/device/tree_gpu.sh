@@ -73,7 +73,7 @@ try:
         {k: r.get(k) for k in ("bs", "budget", "triton_round_ms", "triton_build_ms", "triton_build_bitonic_ms",
                                "triton_build_merge_ms", "triton_topology_ms", "triton_topology_no_full_mask_ms",
                                "triton_accept_ms", "torch_round_ms", "heap_build_ms", "exact_vs_torch_path",
-                               "exact_bitonic", "exact_merge", "exact_topology", "error")
+                               "exact_bitonic", "exact_merge", "error")
          if k in r}
         for r in bench.get("results", [])
     ]

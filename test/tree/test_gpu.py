@@ -102,27 +102,6 @@ def test_topology_and_accept_cuda_equal_torch():
                 assert torch.equal(x, y), case
 
 
-def test_topology_cuda_mask_word_stores():
-    """The FULL_MASK is stored as 4-byte words + per-row edge bytes: buffers at every address mod 4,
-    prefixes of 0-5 columns, long prefixes over several programs, budget 512; nothing written outside."""
-    gen = torch.Generator().manual_seed(11)
-    for case, seqs in (((3, 15, 8, 16, "ties"), (0, 1, 2)), ((4, 15, 8, 64, "softmax"), (3, 5, 0, 4)),
-                       ((2, 15, 8, 512, "softmax"), (1, 9001)), ((3, 15, 8, 512, "wide"), (1024, 1025, 1023))):
-        lp, ids, roots = _inputs(case, gen)
-        tree = build_tree(lp, ids, case[3], roots)
-        seq = torch.tensor(seqs, device=DEV)
-        want = build_verify_topology_torch(tree, seq, int(seq.sum()))
-        numel = want.custom_mask.numel()
-        for off in range(4):
-            buf = torch.zeros(numel + 64, dtype=torch.bool, device=DEV)
-            got = build_verify_topology(tree, seq, int(seq.sum()), custom_mask_out=buf[off:])
-            for f in TOPO_FIELDS:
-                assert torch.equal(getattr(got, f), getattr(want, f)), (case, seqs, off, f)
-            assert not bool(buf[:off].any()) and not bool(buf[off + numel:].any()), (case, seqs, off)
-        lean = build_verify_topology(tree, seq, int(seq.sum()), with_tree_mask=False)
-        assert torch.equal(lean.custom_mask, want.custom_mask), (case, seqs)
-
-
 def _sgl_reconstruct():
     try:
         from sgl_kernel.speculative import reconstruct_indices_from_tree_mask

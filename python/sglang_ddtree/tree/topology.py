@@ -89,14 +89,8 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
         )
     if bs == 0:
         return topo
-    block_r, block_pw = 16, 128
-    parts = 0  # programs per row block for the prefix columns of the FULL_MASK, from the mean prefix
-    if numel is not None:
-        mean_words = (numel // (bs * n) - n) // 4  # seq_lens_sum / bs (a bound) in 4-column words
-        parts = min(8, max(1, cdiv(mean_words, block_pw)))
-    full = topo.custom_mask if numel is not None else None
-    tree_mask = topo.tree_mask
-    ddtree_topology_kernel[(bs, cdiv(n, block_r), 1 + parts)](
+    block_r = 16
+    ddtree_topology_kernel[(bs, cdiv(n, block_r))](
         tree.parents,
         tree.depths,
         seq_lens,
@@ -104,19 +98,17 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
         topo.retrieve_index,
         topo.retrieve_next_token,
         topo.retrieve_next_sibling,
-        tree_mask if with_tree_mask else topo.retrieve_index,
-        full if full is not None else topo.retrieve_index,
+        topo.tree_mask if with_tree_mask else topo.retrieve_index,
+        topo.custom_mask if numel is not None else topo.retrieve_index,
         n,
         tree.max_depth,
-        tree_mask.data_ptr() % 4 if with_tree_mask else 0,
-        full.data_ptr() % 4 if full is not None else 0,
         WRITE_TREE_MASK=with_tree_mask,
-        WRITE_FULL_MASK=full is not None,
+        WRITE_FULL_MASK=numel is not None,
         BLOCK_R=block_r,
         BLOCK_W=4,  # 128 tree columns per chunk
+        BLOCK_PC=256,
         BLOCK_L=next_pow2(tree.max_depth + 1),
         BLOCK_S=256,
-        BLOCK_PW=block_pw,  # 512 prefix columns per row per chunk
         num_warps=4,
     )
     return topo

@@ -3,9 +3,9 @@
 Serves the build-tree step. Keys are int64: score code << 31 | (2**31 - 1 - candidate index), see
 ``_ordkey.py`` (larger = better; ties to the lower index). Phase 1: for depth 1..L-1, the sorted
 top-``budget`` of (kept parents x top-K); the K candidate rows are already sorted runs, merged either
-by log2(K) bitonic merge rounds in registers (MERGE=False; the frontier stays in registers between
-depths; many cross-warp stages per depth) or by log2(K) merge-path rounds through a small scratch
-(MERGE=True; per round about log2(budget) / 3 + 1 dependent load steps per thread and one barrier). The frontier keys go to a workspace. Phase 2:
+by log2(K) bitonic merge rounds in registers (MERGE=False; many cross-warp stages per depth) or by
+log2(K) merge-path rounds through a small scratch (MERGE=True; per depth about log2(budget) + a few
+dependent loads per thread and one barrier per round). The frontier keys go to a workspace. Phase 2:
 the global top-``budget`` as a count per depth (binary search on the score code; ties to the lower
 depth, then the lower slot). Phase 3: rows are depth-major in frontier order, written with no
 cross-thread traffic. Both phase-1 variants produce identical keys, hence identical trees."""
@@ -15,7 +15,6 @@ import triton.language as tl
 
 _SIGN = tl.constexpr(2147483648)  # 2**31
 _IDX_MASK = tl.constexpr(2147483647)  # 2**31 - 1
-_SEG_MAX = tl.constexpr(8)  # merge outputs per segment and pass (register bound of the rank windows)
 
 
 @triton.jit
@@ -50,17 +49,6 @@ def _swap_with_partner(h, desc, P: tl.constexpr, N_DIMS: tl.constexpr):
     partner = h ^ tl.reduce(h, N_DIMS - 1 - P, _xor, keep_dims=True)
     take = (partner > h) ^ (_bit(N_DIMS, P) == 1) ^ (desc == 0)
     return tl.where(take, partner, h)
-
-
-@triton.jit
-def _reverse(x, LOG_N: tl.constexpr):
-    """Reverse a 1-D int64 tensor of 2**LOG_N elements (flip every index bit)."""
-    if LOG_N > 0:
-        h = tl.reshape(x, [2] * LOG_N)
-        for p in tl.static_range(LOG_N):
-            h = h ^ tl.reduce(h, p, _xor, keep_dims=True)
-        x = tl.reshape(h, [2**LOG_N])
-    return x
 
 
 @triton.jit
@@ -120,74 +108,42 @@ def _run_key(src, par_row, lp_row, run, idx, d, k_eff, FIRST: tl.constexpr, BLOC
 
 @triton.jit
 def _merge_round(par_row, lp_row, scratch, out_row, d, k_eff, budget, R: tl.constexpr, M: tl.constexpr,
-                 SEG_ALL: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, LOG_B: tl.constexpr,
+                 SEG: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, LOG_B: tl.constexpr,
                  LOG_K: tl.constexpr, NUM_SEG: tl.constexpr):
-    """Round R of :func:`_merge_frontier`: M pairwise merges, M * BLOCK_B outputs = NUM_SEG segments of
-    SEG_ALL. Above _SEG_MAX (large K: SEG_ALL is 128 at K 64, budget 1024) the [NUM_SEG, SEG] windows
-    would spill, so the round takes CHUNKS passes (a loop, not unrolled) of NUM_SEG segments of SEG."""
-    CHUNKS: tl.constexpr = 1 + (SEG_ALL - 1) // _SEG_MAX  # powers of 2: SEG_ALL // _SEG_MAX, or 1
-    SEG: tl.constexpr = SEG_ALL // CHUNKS
-    for ch in range(CHUNKS):
-        _merge_segments(par_row, lp_row, scratch, out_row, d, k_eff, budget, ch * NUM_SEG, R, SEG, BLOCK_B,
-                        BLOCK_K, LOG_B, LOG_K, NUM_SEG)
-
-
-@triton.jit
-def _merge_segments(par_row, lp_row, scratch, out_row, d, k_eff, budget, seg0, R: tl.constexpr,
-                    SEG: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, LOG_B: tl.constexpr,
-                    LOG_K: tl.constexpr, NUM_SEG: tl.constexpr):
-    """Segments seg0 .. seg0 + NUM_SEG - 1 of round R (segment s: outputs [t0, t0 + SEG) of merge m)."""
-    seg = seg0 + tl.arange(0, NUM_SEG)[:, None]  # [NUM_SEG, 1]: 2-D so the windows below broadcast in place
+    """Round R of :func:`_merge_frontier`: M pairwise merges, NUM_SEG segments of SEG outputs each."""
+    seg = tl.arange(0, NUM_SEG)
     m = seg // (BLOCK_B // SEG)
     t0 = (seg % (BLOCK_B // SEG)) * SEG
     src = scratch + ((R + 1) % 2) * (BLOCK_K // 2) * BLOCK_B  # round R - 1's output
     run_a = 2 * m
     run_b = 2 * m + 1
-    # co-rank: i = #A among the first t0 outputs = smallest i in [0, t0] with i == t0 or A[i] < B[t0-1-i].
-    # 8-ary search: 7 independent probes per step shrink [lo, hi] to at most (hi - lo) // 8, so
-    # LOG_B // 3 + 1 dependent steps (instead of LOG_B + 1 for a binary search).
-    # (A 1-D [NUM_SEG] search expanded afterwards compiled no better on sm_90: 20 B of spills at 512/8.)
+    # co-rank: i = #A among the first t0 outputs = smallest i in [0, t0] with i == t0 or A[i] < B[t0-1-i]
     lo = t0 * 0
     hi = t0
-    for _ in tl.static_range(LOG_B // 3 + 1):
-        span = hi - lo
-        new_lo = lo
-        new_hi = hi
-        for k in tl.static_range(1, 8):
-            c = lo + (span * k) // 8
-            active = c < hi
-            a = _run_key(src, par_row, lp_row, run_a, tl.where(active, c, -1), d, k_eff, R == 0, BLOCK_B, BLOCK_K)
-            bb = _run_key(src, par_row, lp_row, run_b, tl.where(active, t0 - 1 - c, -1), d, k_eff, R == 0,
-                          BLOCK_B, BLOCK_K)
-            q = a < bb
-            new_hi = tl.where(active & q, tl.minimum(new_hi, c), new_hi)
-            new_lo = tl.where(active & (q == 0), tl.maximum(new_lo, c + 1), new_lo)
-        lo = new_lo
-        hi = new_hi
-    # The segment's SEG outputs lie in A[i, i + SEG) and B[j, j + SEG): load both windows at once and
-    # place each key by its rank (its index + the keys of the other window above it; keys are unique,
-    # and a key whose rank is < SEG has all larger keys of the other run inside that window).
-    ps = tl.arange(0, SEG)[None, :]
-    i0 = lo
-    j0 = t0 - lo
-    a_w = _run_key(src, par_row, lp_row, run_a, i0 + ps, d, k_eff, R == 0, BLOCK_B, BLOCK_K)  # [NUM_SEG, SEG]
-    b_w = _run_key(src, par_row, lp_row, run_b, j0 + ps, d, k_eff, R == 0, BLOCK_B, BLOCK_K)
-    rank_a = ps + tl.zeros([NUM_SEG, SEG], dtype=tl.int32)
-    rank_b = ps + tl.zeros([NUM_SEG, SEG], dtype=tl.int32)
-    for q in tl.static_range(SEG):  # independent loads; no [NUM_SEG, SEG, SEG] tile in registers
-        a_q = _run_key(src, par_row, lp_row, run_a, i0 + q, d, k_eff, R == 0, BLOCK_B, BLOCK_K)  # [NUM_SEG, 1]
-        b_q = _run_key(src, par_row, lp_row, run_b, j0 + q, d, k_eff, R == 0, BLOCK_B, BLOCK_K)
-        rank_a += (b_q > a_w).to(tl.int32)
-        rank_b += (a_q > b_w).to(tl.int32)
-    if R == LOG_K - 1:
-        ta = t0 + rank_a
-        tb = t0 + rank_b
-        tl.store(out_row + ta, tl.where(((a_w >> 31) > 0) & (ta < budget), a_w, 0), mask=rank_a < SEG)
-        tl.store(out_row + tb, tl.where(((b_w >> 31) > 0) & (tb < budget), b_w, 0), mask=rank_b < SEG)
-    else:
-        dst = scratch + (R % 2) * (BLOCK_K // 2) * BLOCK_B + m * BLOCK_B + t0
-        tl.store(dst + rank_a, a_w, mask=rank_a < SEG)
-        tl.store(dst + rank_b, b_w, mask=rank_b < SEG)
+    for _ in tl.static_range(LOG_B + 1):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        a = _run_key(src, par_row, lp_row, run_a, tl.where(active, mid, -1), d, k_eff, R == 0, BLOCK_B, BLOCK_K)
+        bb = _run_key(src, par_row, lp_row, run_b, tl.where(active, t0 - 1 - mid, -1), d, k_eff, R == 0,
+                      BLOCK_B, BLOCK_K)
+        q = a < bb
+        hi = tl.where(active & q, mid, hi)
+        lo = tl.where(active & (q == 0), mid + 1, lo)
+    i = lo
+    j = t0 - lo
+    for s in tl.static_range(SEG):
+        a = _run_key(src, par_row, lp_row, run_a, i, d, k_eff, R == 0, BLOCK_B, BLOCK_K)
+        bb = _run_key(src, par_row, lp_row, run_b, j, d, k_eff, R == 0, BLOCK_B, BLOCK_K)
+        take_a = a >= bb  # never a tie between two valid keys (they are unique)
+        out = tl.where(take_a, a, bb)
+        if R == LOG_K - 1:
+            t = t0 + s
+            tl.store(out_row + t, tl.where(((out >> 31) > 0) & (t < budget), out, 0))
+        else:
+            dst = scratch + (R % 2) * (BLOCK_K // 2) * BLOCK_B
+            tl.store(dst + m * BLOCK_B + t0 + s, out)
+        i += take_a.to(tl.int32)
+        j += 1 - take_a.to(tl.int32)
 
 
 @triton.jit
@@ -199,9 +155,9 @@ def _merge_frontier(par_row, lp_row, scratch, out_row, d, k_eff, budget,
     The BLOCK_K candidate runs (rank k child of every parent slot; each already descending) are merged
     pairwise in LOG_K rounds, each keeping the top BLOCK_B of a pair (enough: the top-budget of a union
     lies in the union of the parts' top-budget). A round splits its outputs into segments of SEG
-    consecutive positions; a segment finds its start in both runs by an 8-ary search on the merge
-    path (co-rank), then loads SEG keys of each run and stores each at its rank among both windows.
-    Keys are unique (the candidate index), so the merge is exact; ties do not arise. Rounds alternate between the two
+    consecutive positions; a segment finds its start in both runs by a binary search on the merge
+    path (co-rank), then emits SEG outputs by plain compare-and-advance. Keys are unique (the
+    candidate index), so the merge is exact; ties do not arise. Rounds alternate between the two
     halves of ``scratch`` ([2, BLOCK_K // 2, BLOCK_B]) and are separated by barriers.
     """
     if LOG_K == 0:
@@ -276,25 +232,24 @@ def ddtree_build_kernel(
             flip_row = ks_col < 0
         pslot_tile = tl.where(flip_row, BLOCK_B - 1 - cols, cols)
         cand_idx = (pslot_tile * BLOCK_K + ks_col).to(tl.int64)
-        f_key = tl.where(slots < 1, 4611686018427387904, 0).to(tl.int64)  # root: 2**62 = code 2**31 = +0
         for d in range(depth_limit):
             lp = tl.load(lp_ptr + b * stride_lp_b + d * stride_lp_d + ks, mask=ks < k_eff, other=0.0)
             lp = tl.minimum(lp, 0.0)
-            # The frontier stays in registers: odd rows read it as is, even rows reversed (in registers;
-            # a workspace round trip + barrier per depth instead cost ~20-60% on the H200, session 2).
-            f_key_rev = _reverse(f_key, LOG_B)
-            code_f, code_r = f_key >> 31, f_key_rev >> 31
-            s_f = tl.where(code_f > 0, _code_score(code_f), float("-inf"))
-            s_r = tl.where(code_r > 0, _code_score(code_r), float("-inf"))
-            parent_ok = tl.where(flip_row, (code_r > 0)[None, :], (code_f > 0)[None, :])
-            cand = tl.where(flip_row, s_r[None, :], s_f[None, :]) + lp[:, None]  # [BLOCK_K, BLOCK_B]
-            ok = parent_ok & (ks < k_eff)[:, None]
+            # Parent keys straight into the tile layout (odd rows reversed) from the previous depth's
+            # workspace row: no in-register reversal. Depth 0: the root, key 2**62 (code 2**31 = +0).
+            if d == 0:
+                p_key = tl.where(pslot_tile == 0, 4611686018427387904, 0).to(tl.int64)
+            else:
+                p_key = tl.load(key_ws + (d - 1) * BLOCK_B + pslot_tile)
+            p_code = p_key >> 31
+            ok = (p_code > 0) & (ks < k_eff)[:, None]
+            cand = tl.where(p_code > 0, _code_score(p_code), float("-inf")) + lp[:, None]  # [BLOCK_K, BLOCK_B]
             code = tl.where(ok, _score_code(cand), 0)
             key = (code << 31) | (_IDX_MASK - cand_idx)
             top = _top_run_of_sorted_runs(tl.reshape(key, [BLOCK_B * BLOCK_K]), LOG_B, LOG_K)
             f_key = tl.where(((top >> 31) > 0) & (slots < budget), top, 0)  # [BLOCK_B] descending
             tl.store(key_ws + d * BLOCK_B + slots, f_key)
-        tl.debug_barrier()  # phase 2 reads the workspace in another layout
+            tl.debug_barrier()  # the next depth (and phase 2) reads this row in another layout
 
     # ---- phase 2: how many leading slots of each depth are in the global top-budget ---------------
     # Codes as int32 (code - 2**31; -2**31 = empty) to halve the registers of the [BLOCK_D, BLOCK_B] tile.
