@@ -42,7 +42,7 @@ except ImportError:
     sys.path.insert(0, os.path.join(_REPO, "python"))
 
 from sglang_ddtree.reference.dflash import DFlashConfig, DFlashDraftModel, dflash_loss, training_blocks  # noqa: E402
-from sglang_ddtree.reference.qwen3 import KVCache, Qwen3Config as RefQwen3Config  # noqa: E402
+from sglang_ddtree.reference.qwen3 import KVCache  # noqa: E402
 from sglang_ddtree.reference.qwen3 import Qwen3ForCausalLM as RefQwen3  # noqa: E402
 
 try:
@@ -141,6 +141,24 @@ def optimizer_step(model, opt, loss, st: dict, t_last: float, bar) -> float:
     if bar:
         bar.update(1)
     return now
+
+
+def resume(ckpt_path: str, model, opt, sched, fresh: dict, device: str, log, stage: str) -> dict:
+    """Load model / optimiser / schedule from ``ckpt_path`` if it exists; returns the training state
+    (``fresh`` when starting anew)."""
+    if not os.path.exists(ckpt_path):
+        return fresh
+    ck = torch.load(ckpt_path, map_location=device)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    sched.load_state_dict(ck["sched"])
+    log(stage=stage, resumed_at=ck["state"]["step"])
+    return ck["state"]
+
+
+def save_checkpoint(ckpt_path: str, model, opt, sched, st: dict) -> None:
+    atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "state": st},
+                ckpt_path)
 
 
 def log_train_step(log, stage: str, st: dict, loss, sched, bar, every: int) -> None:
@@ -328,16 +346,11 @@ def train_target(args, work: str, tok, data: dict, log: Log) -> dict:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.target_lr, betas=(0.9, 0.95), fused=args.device == "cuda")
     sched = WSD(args.target_lr, args.warmup, min_ratio=0.02)
-    st = {"step": 0, "elapsed": 0.0, "best": float("inf"), "bad": 0, "evals": []}
-    if os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path, map_location=args.device)
-        model.load_state_dict(ck["model"]); opt.load_state_dict(ck["opt"]); sched.load_state_dict(ck["sched"])
-        st = ck["state"]
-        log(stage="target", resumed_at=st["step"])
+    st = resume(ckpt_path, model, opt, sched, {"step": 0, "elapsed": 0.0, "best": float("inf"), "bad": 0, "evals": []},
+                args.device, log, "target")
 
     def save():
-        atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                     "state": st}, ckpt_path)
+        save_checkpoint(ckpt_path, model, opt, sched, st)
 
     train = data["train"]
     n_params = sum(p.numel() for p in model.parameters())
@@ -557,16 +570,10 @@ def train_draft(args, work: str, tok, target: RefQwen3, distill: dict, log: Log)
     opt = torch.optim.AdamW(drafter.parameters(), lr=args.draft_lr, betas=(0.9, 0.95), weight_decay=0.01,
                             fused=args.device == "cuda")
     sched = WSD(args.draft_lr, args.warmup, min_ratio=0.02)
-    st = {"step": 0, "elapsed": 0.0, "evals": []}
-    if os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path, map_location=args.device)
-        drafter.load_state_dict(ck["model"]); opt.load_state_dict(ck["opt"]); sched.load_state_dict(ck["sched"])
-        st = ck["state"]
-        log(stage="draft", resumed_at=st["step"])
+    st = resume(ckpt_path, drafter, opt, sched, {"step": 0, "elapsed": 0.0, "evals": []}, args.device, log, "draft")
 
     def save():
-        atomic_save({"model": drafter.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                     "state": st}, ckpt_path)
+        save_checkpoint(ckpt_path, drafter, opt, sched, st)
 
     seqs, P, L = distill["train"], distill["prompt_len"], args.block_size
     T = seqs.shape[1]

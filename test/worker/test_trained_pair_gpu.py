@@ -14,6 +14,7 @@ Needs the wheel installed (the plugin's entry point) and SGLang's GPU stack.
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -55,8 +56,7 @@ def report(request, tmp_path_factory):
     keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
     if keep:  # e.g. the device scripts bring the raw report back
         os.makedirs(keep, exist_ok=True)
-        with open(out) as src, open(os.path.join(keep, out.name), "w") as dst:
-            dst.write(src.read())
+        shutil.copy(out, keep)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(out) as f:
         return json.load(f)
