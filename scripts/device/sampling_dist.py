@@ -39,6 +39,7 @@ SETTINGS = {
     "t0.7": dict(temperature=0.7),
     "t0.7_k20": dict(temperature=0.7, top_k=20),
     "t0.7_p0.9": dict(temperature=0.7, top_p=0.9),
+    "t0.7_p0.9_k20": dict(temperature=0.7, top_p=0.9, top_k=20),
 }
 
 

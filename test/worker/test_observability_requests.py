@@ -23,7 +23,7 @@ def _req(return_logprob=False, return_hidden_states=False, custom_logit_processo
     (dict(temperature=0.7, top_k=20), None),
     (dict(temperature=0.7, top_p=0.9, top_k=-1), None),
     (dict(temperature=0.0, top_p=0.9, top_k=20), None),  # greedy: the filters cannot change the argmax
-    (dict(temperature=0.7, top_p=0.9, top_k=20), "top_p together with top_k"),
+    (dict(temperature=0.7, top_p=0.9, top_k=20), None),  # tree sampling filters like plain (sampling.py)
     (dict(temperature=0.7, frequency_penalty=0.5, logit_bias={"5": 1.0}), None),  # applied by eagle_sample
     (dict(temperature=0.0, min_p=0.1), None),  # greedy: min_p cannot change the argmax
     (dict(return_logprob=True), "return_logprob"),

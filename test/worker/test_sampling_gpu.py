@@ -2,15 +2,15 @@
 
 Runs ``scripts/device/sampling_dist.py`` in a subprocess: the packaged trained pair (vocab 2048, bf16,
 triton), 3 prompts x 2,000 requests x the first 3 generated tokens, at temperature 0.7 alone, with
-top_k 20, and with top_p 0.9, with the plain engine and with DDTREE (budget 16, top-K 4). DDTREE refuses
-top_p together with top_k (``worker/request_checks.py``: upstream's tree sampling filters in another
-order; on the H200 that combination failed this test against plain, p ~ 1e-21).
+top_k 20, with top_p 0.9, and with top_p 0.9 + top_k 20, with the plain engine and with DDTREE (budget 16,
+top-K 4). The last setting is the one upstream's tree sampling (top-k, renormalise, then top-p) got wrong
+on the H200 (p ~ 1e-21 against plain); ``worker/sampling.py`` filters like plain decoding.
 The first token comes from the prefill sampler in both engines; the second is DDTREE's first tree
 round (accepted node or bonus token), so it and the (first, second) pair are the real test.
 
 Two-sample chi-square (``_sampling_stats.chi2_two_sample``, categories expected < 5 times pooled) of
 DDTREE vs plain for the first token, the second token and the pair, per prompt and setting: p > P_MIN =
-0.001. Under a correct sampler one comparison fails with probability 0.001, the 27 together ~3%; with
+0.001. Under a correct sampler one comparison fails with probability 0.001, the 36 together ~4%; with
 2,000 draws per side, moving 5% of the mass from the top token (~0.3) to one of ~0.07 gives p < 1e-4
 (``test_sampling_stats.py``); shifts between two large tokens need more (chi-square ~ n delta^2 / p).
 Sanity against the exact float32 distribution of the reference target, settings without top_p (first
@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 P_MIN = 1e-3
 P_EXACT = 1e-6
 SETTINGS = {"t0.7": dict(temperature=0.7), "t0.7_k20": dict(temperature=0.7, top_k=20),
-            "t0.7_p0.9": dict(temperature=0.7, top_p=0.9)}
+            "t0.7_p0.9": dict(temperature=0.7, top_p=0.9), "t0.7_p0.9_k20": dict(temperature=0.7, top_p=0.9, top_k=20)}
 # The float32 goodness-of-fit check leaves out top_p settings: whether the token at the top-p boundary is
 # kept is a discrete decision on a cumulative sum that bf16 logits move by ~1% (on the H200 even the plain
 # engine's FIRST token failed it at top_p 0.9, p ~ 1e-13, while plain and DDTREE agreed with each other).

@@ -3,18 +3,14 @@
 SGLang's scheduler calls ``validate_dflash_request(req, enable_overlap)`` for every DFLASH-family
 algorithm (DDTREE included) when a request arrives and aborts the request with the returned message
 (HTTP 400) instead of letting the decode round crash or silently change the output. DDTREE refuses what
-DFLASH refuses, plus what its verify (upstream's ``eagle_sample``) does not apply:
+DFLASH refuses, plus what its verify (``sampling``) does not apply:
   return_logprob          the round returns no per-token log-probs
   return_hidden_states    the verify's hidden states feed the drafter and are not returned (any mode)
   grammar constraints     json_schema / regex / ebnf / structural_tag: no vocab mask in the tree verify
   custom logit processor  not applied to the verify logits
   min_p (when sampling)   tree sampling applies temperature, top-k and top-p only
-  top_p with top_k        tree sampling applies top-k, renormalises, then top-p on the renormalised
-                          distribution; plain decoding keeps the tokens inside BOTH top-k and top-p of
-                          the full softmax. The two differ whenever top-k cuts mass, and on the H200
-                          DDTREE's tokens at temperature 0.7, top_p 0.9, top_k 20 failed the chi-square
-                          test against plain decoding (p ~ 1e-21) while temperature alone passed.
-                          Either filter alone is the same set in both orders.
+Tree sampling at T > 0 filters like plain decoding (``sampling``), so top_p and top_k are accepted alone
+and together.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ from __future__ import annotations
 from typing import Optional
 
 _PREFIX = "DDTREE speculative decoding does not support "
-_TOP_K_ALL = 1 << 30  # SGLang's "no top-k" (top_k = -1 is normalised to it)
 
 
 def ddtree_request_error(req) -> Optional[str]:
@@ -40,11 +35,6 @@ def ddtree_request_error(req) -> Optional[str]:
     greedy = params.top_k is not None and params.top_k <= 1  # SGLang maps temperature 0 to top_k 1
     if not greedy and (params.min_p or 0.0) > 0.0:
         return _PREFIX + f"min_p sampling yet (min_p={params.min_p}); use top_p / top_k or temperature 0."
-    if not greedy and params.top_p is not None and params.top_p < 1.0 and params.top_k is not None \
-            and 0 < params.top_k < _TOP_K_ALL:
-        return _PREFIX + (f"top_p together with top_k yet (top_p={params.top_p}, top_k={params.top_k}): its tree "
-                          "sampling would not draw from plain sampling's distribution; set only one of them "
-                          "(top_k=-1 or top_p=1.0), or temperature 0.")
     return None
 
 

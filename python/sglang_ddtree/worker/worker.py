@@ -6,8 +6,8 @@ One decode round, batched over the running requests, without host syncs:
   BUILD   the ``budget`` best-scoring prefixes as a tree, on the GPU (``tree_api``);
   VERIFY  budget + 1 tokens per request in one target forward with the ancestor-only mask
           (``DDTreeVerifyInput``; CUDA graphs captured with the mask, see ``hooks``);
-  ACCEPT  upstream's ``eagle_sample``: greedy ``verify_tree_greedy`` or, at T > 0, target-only
-          tree sampling; the first unmatched target token is the bonus token;
+  ACCEPT  greedy ``verify_tree_greedy`` or, at T > 0, target-only tree sampling from plain decoding's
+          filtered distribution (``sampling``); the first unmatched target token is the bonus token;
   COMMIT  move the accepted path's target KV into place and write its target hidden states into
           the drafter's KV (``kv_commit``); carry the bonus token to the next round.
 Prefill, draft-KV materialisation and draft CUDA graphs are DFLASH's (``DFlashWorkerV2``). The
@@ -28,12 +28,12 @@ from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
-from sglang.srt.speculative.eagle_utils import eagle_sample
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_ddtree.worker.debug import WorkerKnobs
 from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.geometry import RoundGeometry, draft_server_args_view
+from sglang_ddtree.worker import sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
@@ -147,7 +147,7 @@ class DDTreeWorker(DFlashWorkerV2):
         logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
                                                                     verify_cpu, verify_sum)
 
-        predict, accept_lens, accept_index = eagle_sample(verify_input, batch, logits_output, None)
+        predict, accept_lens, accept_index = sampling.accept(verify_input, batch, logits_output)
         out_tokens, bonus = gather_accepted_tokens(predict, accept_index, accept_lens)
         verify_loc_2d = verify_loc.view(bs, n)
         tgt, src = accepted_kv_moves(verify_loc_2d, accept_index, accept_lens)

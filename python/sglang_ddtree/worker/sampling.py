@@ -1,0 +1,110 @@
+"""ACCEPT step of a DDTree round: greedy tree walk, or target-only tree sampling at T > 0.
+
+Greedy batches go to upstream's ``eagle_sample`` (``verify_tree_greedy``). At T > 0 the walk is
+upstream's ``tree_speculative_sampling_target_only`` kernel: at each node it draws from the target's
+(filtered) distribution at that node; a child whose token is drawn is accepted, else the drawn token
+is the bonus token. With the draft distribution set to zero this samples every new token from the
+target's distribution exactly, whatever the tree holds - provided the distribution it is given is the
+one plain decoding samples from. That is why this module exists:
+
+SGLang's plain samplers (pytorch, and flashinfer with ``filter_apply_order="joint"``) keep a token when
+its rank is below top_k AND the mass before it in the FULL softmax is within top_p, then renormalise.
+``eagle_sample`` applies top-k, renormalises, and applies top-p to the renormalised distribution: a
+smaller set whenever top-k cuts mass, so with top_p and top_k together its tokens are not distributed
+like plain decoding's (seen on the H200: chi-square p ~ 1e-21 at temperature 0.7, top_p 0.9, top_k 20).
+Applying top-p first (on the full softmax) and then top-k gives plain's joint set: both keep a prefix
+of the same descending order, so the second filter only shortens the first's prefix to the shorter
+of the two.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from sglang.srt.distributed import get_tp_group
+from sglang.srt.speculative.eagle_utils import eagle_sample
+
+
+def accept(verify_input, batch, logits_output) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Shape: -> (predict [bs*N] int32: the target's token after each accepted node, accept_lens [bs]
+    int32: accepted nodes INCLUDING the root, 1..D+1 (``eagle_sample``'s convention: the number of
+    tokens the round emits), accept_index [bs, max_depth + 1] int32: flattened rows, -1 padded)."""
+    info = batch.sampling_info
+    if info.is_all_greedy or batch.forward_mode.is_idle():
+        return eagle_sample(verify_input, batch, logits_output, None)
+    return _sample_target_only(verify_input, batch, logits_output)
+
+
+def joint_filtered_probs(logits: torch.Tensor, temperatures: torch.Tensor, top_ps, top_ks) -> torch.Tensor:
+    """Plain sampling's distribution: softmax(logits / T), top-p on it, then top-k, renormalised.
+    ``top_ps`` / ``top_ks`` are None when no request uses them. Shape: logits [R, V], temperatures
+    [R, 1], top_ps [R] float, top_ks [R] int -> [R, V] float32."""
+    from sgl_kernel import top_k_renorm_prob, top_p_renorm_prob
+
+    probs = torch.softmax(logits / temperatures, dim=-1)
+    if top_ps is not None:
+        probs = top_p_renorm_prob(probs, top_ps)
+    if top_ks is not None:
+        probs = top_k_renorm_prob(probs, top_ks)
+    return probs
+
+
+def _apply_penalties(logits: torch.Tensor, info, n: int) -> None:
+    """The penalties and logit bias plain decoding applies, repeated over each request's N rows
+    (what ``eagle_sample`` does before sampling)."""
+    if info.acc_additive_penalties is not None:
+        logits.add_(torch.repeat_interleave(info.acc_additive_penalties, n, dim=0))
+    if info.acc_scaling_penalties is not None:
+        from sglang.srt.sampling.penaltylib.repetition_penalty import apply_scaling_penalties
+
+        apply_scaling_penalties(logits, torch.repeat_interleave(info.acc_scaling_penalties, n, dim=0))
+    if info.logit_bias is not None:
+        logits.add_(torch.repeat_interleave(info.logit_bias, n, dim=0))
+
+
+def _sample_target_only(verify_input, batch, logits_output):
+    from sgl_kernel import tree_speculative_sampling_target_only
+
+    from sglang.srt.runtime_context import get_server_args
+
+    info = batch.sampling_info
+    bs, n = len(batch.seq_lens), verify_input.draft_token_num
+    device = batch.device
+    logits = logits_output.next_token_logits
+    _apply_penalties(logits, info, n)
+    probs = joint_filtered_probs(
+        logits,
+        torch.repeat_interleave(info.temperatures, n, dim=0),
+        torch.repeat_interleave(info.top_ps, n, dim=0) if info.need_top_p_sampling else None,
+        torch.repeat_interleave(info.top_ks, n, dim=0) if info.need_top_k_sampling else None,
+    ).view(bs, n, -1)
+    predict = torch.zeros(bs * n, dtype=torch.int32, device=device)
+    accept_index = torch.full((bs, verify_input.max_tree_depth), -1, dtype=torch.int32, device=device)
+    num_drafts = torch.empty(bs, dtype=torch.int32, device=device)  # accepted draft nodes, root excluded
+    server_args = get_server_args()
+    tree_speculative_sampling_target_only(
+        predicts=predict,
+        accept_index=accept_index,
+        accept_token_num=num_drafts,
+        candidates=verify_input.draft_token.view(bs, n),
+        retrive_index=verify_input.retrieve_index,
+        retrive_next_token=verify_input.retrieve_next_token,
+        retrive_next_sibling=verify_input.retrieve_next_sibling,
+        uniform_samples=torch.rand((bs, n), dtype=torch.float32, device=device),
+        uniform_samples_for_final_sampling=torch.rand((bs,), dtype=torch.float32, device=device),
+        target_probs=probs,
+        draft_probs=torch.zeros_like(probs),
+        threshold_single=server_args.speculative_accept_threshold_single,
+        threshold_acc=server_args.speculative_accept_threshold_acc,
+        deterministic=True,
+    )
+    tp_group = get_tp_group()
+    if tp_group.world_size > 1:  # ranks may round the filtered probs differently: rank 0 decides
+        tp_group.broadcast(predict, src=0)
+        tp_group.broadcast(accept_index, src=0)
+        tp_group.broadcast(num_drafts, src=0)
+    # The kernel counts accepted drafts; the round commits them plus the root (f8fc813 returned the
+    # bare count, so every T > 0 round committed one token too few and the scheduler died).
+    return predict, num_drafts + 1, accept_index
