@@ -11,6 +11,8 @@ GPU, versions and the exact command.
     python benchmark/bench_e2e.py --target T --draft D --out benchmark/results/e2e.json \
         --configs plain,dflash,ddtree:16:4,ddtree:64:8 [--bs 1,16] [--attention-backend triton]
 Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, optionally ``+nograph`` / ``+nooverlap``.
+``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
+them with ``benchmark/analyze_trace.py``).
 """
 
 from __future__ import annotations
@@ -126,6 +128,13 @@ def run_config(spec, target, draft, prompts, args) -> dict:
                 "mean_accept_length": round(sum(acc) / len(acc), 3) if acc else None,
                 "outputs": outs,
             }
+        if args.profile_dir:  # one torch-profiler trace of bs-1 decoding (benchmark/analyze_trace.py reads it)
+            out_dir = os.path.join(args.profile_dir, spec.replace(":", "_").replace("+", "_"))
+            engine.start_profile(output_dir=out_dir, activities=["CPU", "GPU"], with_stack=True, record_shapes=False)
+            for p in prompts[: args.profile_prompts]:
+                engine.generate(input_ids=[p], sampling_params=params)
+            engine.stop_profile()
+            rec["profile_dir"] = out_dir
     finally:
         engine.shutdown()
     return rec
@@ -156,6 +165,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="start no new engine after this many seconds")
+    ap.add_argument("--profile-dir", help="after timing, write a torch-profiler trace of bs-1 decoding per config "
+                    "under this directory (CPU + GPU, Python stacks: slower while it records)")
+    ap.add_argument("--profile-prompts", type=int, default=2, help="prompts decoded one at a time while profiling")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     args.bs = [int(b) for b in args.bs.split(",")]
