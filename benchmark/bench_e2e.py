@@ -93,9 +93,10 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
         return kw
     if spec == "dflash":
         return dict(kw, speculative_algorithm="DFLASH", speculative_draft_model_path=draft)
-    name, budget, topk = spec.split(":")
-    if name != "ddtree":
+    parts = spec.split(":")
+    if parts[0] != "ddtree" or len(parts) != 3 or not all(p.isdigit() for p in parts[1:]):
         raise ValueError(f"unknown config {spec!r}: use plain | dflash | ddtree:<budget>:<topk>")
+    _, budget, topk = parts
     return dict(kw, speculative_algorithm="DDTREE", speculative_draft_model_path=draft,
                 speculative_ddtree_budget=int(budget), speculative_ddtree_topk=int(topk))
 

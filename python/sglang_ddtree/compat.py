@@ -28,7 +28,7 @@ UPSTREAM_SYMBOLS: Tuple[Tuple[str, str], ...] = (
     ("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
     ("sglang.srt.managers.overlap_utils.FutureMap", "DDTreeSpecAlgo.create_future_map"),
     ("sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2", "base class of the DDTREE worker"),
-    ("sglang.srt.speculative.eagle_utils.eagle_sample", "greedy tree acceptance (worker.sampling)"),
+    ("sglang.srt.utils.async_probe.sanitize_nan_logits", "verify logits check (worker.sampling)"),
     ("sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties", "penalties at T > 0 (worker.sampling)"),
     ("sglang.srt.runtime_context.get_server_args", "per-request checks, accept thresholds at T > 0"),
 ) + tuple((target, "worker hook (sglang_ddtree.worker.hooks)") for target in _worker_hooks.HOOK_TARGETS)

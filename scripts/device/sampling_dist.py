@@ -13,7 +13,8 @@ requests are left unseeded and each engine gets a fixed ``random_seed`` instead;
 batch is an independent draw.
 
     python scripts/device/sampling_dist.py --target T --draft D --out /tmp/sampling.json \
-        [--configs plain,ddtree:16:4] [--num-samples 2000] [--attention-backend triton]
+        [--configs plain,ddtree:16:4] [--num-samples 2000] [--attention-backend triton] [--dtype float32]
+        [--settings t0.7,t0.7_k20]
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ def run_config(spec: str, args, prompts) -> dict:
 
     t0 = time.time()
     engine = sglang.Engine(model_path=args.target, random_seed=args.seed,
-                           **{**COMMON, **engine_kwargs(spec, args.draft, args.attention_backend)})
+                           **{**COMMON, "dtype": args.dtype, **engine_kwargs(spec, args.draft, args.attention_backend)})
     rec = {"config": spec, "start_s": round(time.time() - t0, 1), "samples": {}, "mean_accept_length": {}}
     try:
         engine.generate(input_ids=prompts[:1], sampling_params=dict(temperature=0.7, max_new_tokens=4))  # warm-up
-        for name, setting in SETTINGS.items():
+        for name in args.settings:
+            setting = SETTINGS[name]
             params = dict(setting, max_new_tokens=args.tokens, ignore_eos=True)
             rec["samples"][name], accepts = [], []
             for ids in prompts:
@@ -82,16 +84,23 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=3, help="generated tokens kept per request")
     ap.add_argument("--seed", type=int, default=1234, help="engine random_seed")
     ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--dtype", default=COMMON["dtype"], help="engine dtype (float32: see test_sampling_gpu.py)")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {list(SETTINGS)}")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    args.settings = args.settings.split(",")
+    unknown = [s for s in args.settings if s not in SETTINGS]
+    if unknown:
+        ap.error(f"--settings: unknown {unknown}; choose from {list(SETTINGS)}")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(args.target)
     prompts = [tok.encode(p) for p in PROMPTS]
     report = {"environment": environment(argv),
-              "settings": {**COMMON, "attention_backend": args.attention_backend, "target": args.target,
-                           "draft": args.draft, "num_samples": args.num_samples, "tokens": args.tokens,
-                           "seed": args.seed, "sampling": SETTINGS},
+              "settings": {**COMMON, "dtype": args.dtype, "attention_backend": args.attention_backend,
+                           "target": args.target, "draft": args.draft, "num_samples": args.num_samples,
+                           "tokens": args.tokens, "seed": args.seed,
+                           "sampling": {name: SETTINGS[name] for name in args.settings}},
               "prompts": PROMPTS, "prompt_ids": prompts, "results": []}
     for spec in args.configs.split(","):
         print(f"[sampling_dist] {spec}", flush=True)

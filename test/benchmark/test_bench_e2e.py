@@ -18,8 +18,9 @@ def test_config_specs():
     assert bench_e2e.engine_kwargs("ddtree:64:8", "D", "triton") == {
         "attention_backend": "triton", "speculative_algorithm": "DDTREE", "speculative_draft_model_path": "D",
         "speculative_ddtree_budget": 64, "speculative_ddtree_topk": 8}
-    with pytest.raises(ValueError, match="unknown config 'eagle:1:1'"):
-        bench_e2e.engine_kwargs("eagle:1:1", "D", "triton")
+    for bad in ("eagle:1:1", "ddtree", "ddtree:64", "ddtree:a:8", "foo"):
+        with pytest.raises(ValueError, match=f"unknown config '{bad}'"):
+            bench_e2e.engine_kwargs(bad, "D", "triton")
 
 
 def test_summary_counts_outputs_equal_to_plain(capsys):

@@ -1,6 +1,9 @@
 """Accept + commit logic of a round on CPU: tree -> topology -> greedy tree verify (a re-statement of
 sgl_kernel.verify_tree_greedy) -> emitted tokens, bonus, KV moves and the drafter's new context.
-The worker's tree (``tree_api.build_tree``) is held against the paper's heap (``build_tree_reference``)."""
+The worker's tree (``tree_api.build_tree``) is held against the paper's heap (``build_tree_reference``);
+its greedy ACCEPT + COMMIT (``kv_commit.greedy_accept_commit``, PyTorch path here, the Triton kernel in
+``test_commit_kernel_interp.py``) against the oracle walk and against the T > 0 path's adapter
+(``commit_from_accept_index``) fed with the oracle's ``verify_tree_greedy`` result."""
 
 import pytest
 import torch
@@ -8,7 +11,7 @@ import torch
 from sglang_ddtree.tree.reference import build_tree_reference
 from sglang_ddtree.worker.geometry import RoundGeometry
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
-from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
+from sglang_ddtree.worker.kv_commit import commit_from_accept_index, greedy_accept_commit
 
 from _worker_oracles import accept_walk, verify_tree_greedy
 
@@ -52,39 +55,46 @@ def test_greedy_accept_matches_longest_path(slack, seed, depth, k, budget):
             assert {j for j in range(n) if bool(rows[i, p + j])} == anc, (b, i)
         assert pos.view(bs, n)[b].tolist() == [p + int(d) for d in tree.depths[b]]
         off += n * (p + n)
+    verify_loc = (torch.arange(bs * n) + 1000).view(bs, n)  # distinct, non-zero slots
+    c = greedy_accept_commit(tree, tokens, target_next, verify_loc, prefix, width)
     predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, width)
-    accept_lens = num + 1
-    out, bonus = gather_accepted_tokens(predict, accept_index, accept_lens)
+    via_sampler_path = commit_from_accept_index(predict, accept_index, num + 1, verify_loc, prefix)
+    for field in c._fields:  # the fused greedy path and the T > 0 adapter agree on every output
+        got, want = getattr(c, field), getattr(via_sampler_path, field)
+        if field == "ctx_rows":  # rows past accept_len are unspecified: compare the live ones
+            live = (torch.arange(width).view(1, width) < c.accept_lens.view(bs, 1).long()).reshape(-1)
+            got, want = got[live], want[live]
+        assert torch.equal(got, want), field
+    accept_lens = c.accept_lens
 
     for b in range(bs):
         rows, want_bonus = accept_walk(tokens[b], tree.parents[b], tree.valid[b], target_next[b])
         a = len(rows)
-        assert int(accept_lens[b]) == a
+        assert int(accept_lens[b]) == a and int(c.new_seq_lens[b]) == int(prefix[b]) + a
         assert accept_index[b, :a].tolist() == [b * n + r for r in rows]
         emitted = [int(tokens[b, r]) for r in rows[1:]] + [want_bonus]
-        assert out[b, :a].tolist() == emitted and int(bonus[b]) == want_bonus
+        assert c.out_tokens[b, :a].tolist() == emitted and int(c.bonus[b]) == want_bonus
+        assert bool((c.out_tokens[b, a:] == 0).all())
 
     # KV: slot of node j is verify_loc[b, j]; after the moves, depth d must hold the accepted node's KV.
-    verify_loc = (torch.arange(bs * n) + 1000).view(bs, n)  # distinct, non-zero slots
     kv = torch.zeros(2000, dtype=torch.int64)
     kv[verify_loc.reshape(-1)] = torch.arange(bs * n)  # "KV" = global node id
-    tgt, src = accepted_kv_moves(verify_loc, accept_index, accept_lens)
-    for chunk in range(0, tgt.numel(), 7):  # sequential chunks, read-before-write within one
-        t, s = tgt[chunk : chunk + 7], src[chunk : chunk + 7]
+    for chunk in range(0, c.kv_tgt.numel(), 7):  # sequential chunks, read-before-write within one
+        t, s = c.kv_tgt[chunk : chunk + 7], c.kv_src[chunk : chunk + 7]
         kv[t] = kv[s].clone()
     for b in range(bs):
         a = int(accept_lens[b])
         assert kv[verify_loc[b, :a]].tolist() == accept_index[b, :a].tolist()
-        assert bool((tgt.view(bs, width)[b, a:] == 0).all())
+        assert bool((c.kv_tgt.view(bs, width)[b, a:] == 0).all())
 
     hidden = torch.arange(bs * n, dtype=torch.float32).unsqueeze(1).repeat(1, 3)
-    ctx_h, loc, loc2d, pos = accepted_path_context(hidden, verify_loc, accept_index, prefix)
-    assert loc2d.is_contiguous() and loc2d.shape == (bs, width)
+    ctx_h = hidden[c.ctx_rows]
+    assert c.ctx_loc_2d.is_contiguous() and c.ctx_loc_2d.shape == (bs, width)
     for b in range(bs):
         a = int(accept_lens[b])
         assert ctx_h.view(bs, width, 3)[b, :a, 0].tolist() == [float(i) for i in accept_index[b, :a]]
-        assert pos.view(bs, width)[b, :a].tolist() == [int(prefix[b]) + d for d in range(a)]
-        assert loc2d[b, :a].tolist() == verify_loc[b, :a].tolist()
+        assert c.ctx_positions.view(bs, width)[b, :a].tolist() == [int(prefix[b]) + d for d in range(a)]
+        assert c.ctx_loc_2d[b, :a].tolist() == verify_loc[b, :a].tolist()
 
 
 def test_chain_tree_reduces_to_chain_verification():

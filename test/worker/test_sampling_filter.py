@@ -86,13 +86,13 @@ def test_differs_from_topk_then_topp(sampling):
 
 
 def test_target_only_accept_counts_the_root(sampling, monkeypatch):
-    """At T > 0 ``accept`` returns accept_lens = accepted drafts + 1 (the root / bonus slot), the
+    """At T > 0 ``sample_tree`` returns accept_lens = accepted drafts + 1 (the root / bonus slot), the
     convention of ``eagle_sample`` the COMMIT step relies on (f8fc813 returned the bare kernel count
     and the engine died at the first T > 0 round). Target logits are one-hot sharp, so the walk is the
     greedy one and the expected path is known."""
     from types import SimpleNamespace
 
-    from sglang_ddtree.worker.kv_commit import gather_accepted_tokens
+    from sglang_ddtree.worker.kv_commit import commit_from_accept_index
     from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 
     monkeypatch.setattr("sglang.srt.runtime_context.get_server_args",
@@ -121,8 +121,11 @@ def test_target_only_accept_counts_the_root(sampling, monkeypatch):
                             forward_mode=SimpleNamespace(is_idle=lambda: False))
     logits = torch.full((bs * n, vocab), -1e4)
     logits[torch.arange(bs * n), target_next.reshape(-1)] = 0.0
-    predict, accept_lens, accept_index = sampling.accept(verify_input, batch, SimpleNamespace(next_token_logits=logits))
-    out, bonus = gather_accepted_tokens(predict, accept_index, accept_lens)
+    predict, accept_lens, accept_index = sampling.sample_tree(verify_input, batch,
+                                                              SimpleNamespace(next_token_logits=logits))
+    verify_loc = torch.arange(bs * n).view(bs, n) + 100
+    c = commit_from_accept_index(predict, accept_index, accept_lens, verify_loc, torch.full((bs,), 7))
+    out, bonus = c.out_tokens, c.bonus
     for b in range(bs):
         rows, want_bonus = accept_walk(tokens[b], tree.parents[b], tree.valid[b], target_next[b])
         assert int(accept_lens[b]) == len(rows), (b, accept_lens, rows)

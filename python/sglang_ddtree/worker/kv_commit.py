@@ -6,66 +6,130 @@ i.e. at ``verify_loc[b, d]`` for depth d. Every slot here comes from the verify'
 never from a post-verify read of req_to_token: with DFLASH-family CUDA graphs the target publishes
 "read done" before replay, after which the scheduler may already rewrite req_to_token rows
 (DESIGN.md hazard). Unused entries point at slot 0, SGLang's dummy slot for padded writes.
+
+Moves: request b's entries are contiguous and ordered by depth, and a source node's depth-slot is never
+smaller than its depth, so a move never reads a slot an earlier entry of the same request wrote.
+Greedy rounds take ``greedy_accept_commit`` (one Triton launch); T > 0 rounds take the sampler's
+acceptance through ``commit_from_accept_index``; both return a ``RoundCommit``.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple
 
 import torch
 
 
-def accepted_kv_moves(
-    verify_loc: torch.Tensor, accept_index: torch.Tensor, accept_lens: torch.Tensor
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Slot pairs for ``KVCache.move_kv_cache(tgt, src)``.
+class RoundCommit(NamedTuple):
+    """Everything the ACCEPT + COMMIT steps hand back, W = accept width (root + max depth).
 
-    Shape: verify_loc [bs, N] int64; accept_index [bs, W] int32/int64, global node index b * N + row
-    per depth, -1 padded; accept_lens [bs] int, accepted nodes incl. the root (1..W).
-    Returns (tgt [bs*W] int64, src [bs*W] int64); entries at depth >= accept_len are (0, 0).
-    Request b's entries are contiguous and ordered by depth; a source node's depth-slot is never
-    smaller than its depth, so a move never reads a slot an earlier entry of the same request wrote.
+    out_tokens [bs, W] int64: this round's new tokens (accepted drafts, then the bonus), the first
+    accept_lens valid, 0 after; bonus [bs] int64; accept_lens [bs] int32 (1..W); new_seq_lens [bs]
+    int64 = prefix + accept_lens; kv_tgt / kv_src [bs*W] int64: ``move_kv_cache`` pairs, (0, 0) past
+    accept_lens; ctx_rows [bs*W] int64: flattened verify row of the accepted node at each depth (the
+    drafter's new context; rows past accept_lens are any row of the request); ctx_loc_2d [bs, W] int64
+    and ctx_positions [bs*W] int64: its final slots and positions.
     """
-    bs, width = accept_index.shape
-    live = torch.arange(width, device=verify_loc.device).unsqueeze(0) < accept_lens.view(bs, 1)
-    src = verify_loc.reshape(-1)[accept_index.to(torch.int64).clamp(min=0)]
-    tgt = verify_loc[:, :width]
-    zero = torch.zeros((), dtype=torch.int64, device=verify_loc.device)
-    return torch.where(live, tgt, zero).reshape(-1), torch.where(live, src, zero).reshape(-1)
+
+    out_tokens: torch.Tensor
+    bonus: torch.Tensor
+    accept_lens: torch.Tensor
+    new_seq_lens: torch.Tensor
+    kv_tgt: torch.Tensor
+    kv_src: torch.Tensor
+    ctx_rows: torch.Tensor
+    ctx_loc_2d: torch.Tensor
+    ctx_positions: torch.Tensor
 
 
-def accepted_path_context(
-    hidden: torch.Tensor,
-    verify_loc: torch.Tensor,
-    accept_index: torch.Tensor,
+def commit_from_rows(
+    node_tokens: torch.Tensor, rows: torch.Tensor, accept_lens: torch.Tensor, verify_loc: torch.Tensor,
     prefix_lens: torch.Tensor,
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The drafter's new context: the accepted path's target hidden states at their final slots.
+) -> RoundCommit:
+    """PyTorch COMMIT from an acceptance result.
 
-    Shape: hidden [bs*N, Hc] (target aux hidden states of every verified node), verify_loc [bs, N],
-    accept_index [bs, W] (-1 padded), prefix_lens [bs].
-    Returns (ctx_hidden [bs*W, Hc], cache_loc [bs*W] int64, cache_loc_2d [bs, W] int64 contiguous,
-    positions [bs*W] int64). Rows at depth >= accept_len are garbage; the draft KV writer commits only
-    the first accept_len rows of each request.
+    Shape: node_tokens [bs, N] int (the token after each accepted node: the target's argmax, or the
+    sampler's ``predict``), rows [bs, W] int local accepted rows (column 0 = root, -1 padded),
+    accept_lens [bs] int (1..W), verify_loc [bs, N] int64, prefix_lens [bs] int.
     """
-    bs, width = accept_index.shape
-    ctx_hidden = hidden[accept_index.to(torch.int64).clamp(min=0).reshape(-1)]
-    cache_loc_2d = verify_loc[:, :width].contiguous()
-    depth = torch.arange(width, device=verify_loc.device, dtype=torch.int64)
-    positions = (prefix_lens.to(torch.int64).view(bs, 1) + depth.view(1, width)).reshape(-1)
-    return ctx_hidden, cache_loc_2d.reshape(-1), cache_loc_2d, positions
+    bs, width = rows.shape
+    n = verify_loc.shape[1]
+    dev = verify_loc.device
+    depth = torch.arange(width, device=dev)
+    live = depth.unsqueeze(0) < accept_lens.view(bs, 1).to(torch.int64)
+    safe = torch.where(live, rows.to(torch.int64), 0)
+    zero = torch.zeros((), dtype=torch.int64, device=dev)
+    out_tokens = torch.where(live, node_tokens.to(torch.int64).gather(1, safe), zero)
+    bonus = out_tokens.gather(1, (accept_lens.to(torch.int64) - 1).view(bs, 1)).squeeze(1)
+    loc_d = verify_loc[:, :width]
+    prefix = prefix_lens.to(torch.int64)
+    return RoundCommit(
+        out_tokens=out_tokens, bonus=bonus, accept_lens=accept_lens.to(torch.int32),
+        new_seq_lens=prefix + accept_lens.to(torch.int64),
+        kv_tgt=torch.where(live, loc_d, zero).reshape(-1),
+        kv_src=torch.where(live, verify_loc.gather(1, safe), zero).reshape(-1),
+        ctx_rows=(torch.arange(bs, device=dev).view(bs, 1) * n + safe).reshape(-1),
+        ctx_loc_2d=loc_d.contiguous(),
+        ctx_positions=(prefix.view(bs, 1) + depth.view(1, width)).reshape(-1),
+    )
 
 
-def gather_accepted_tokens(
-    predict: torch.Tensor, accept_index: torch.Tensor, accept_lens: torch.Tensor
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Emitted tokens and the next bonus token.
+def greedy_accept_commit(
+    tree, tokens: torch.Tensor, target: torch.Tensor, verify_loc: torch.Tensor, prefix_lens: torch.Tensor,
+    width: int, *, backend: str = "auto",
+) -> RoundCommit:
+    """Greedy ACCEPT + COMMIT of every request: one Triton launch on CUDA, PyTorch elsewhere.
 
-    Shape: predict [bs*N] int (eagle_sample: the target's token after each accepted node),
-    accept_index [bs, W], accept_lens [bs] (1..W).
-    Returns (tokens [bs, W] int64: the first accept_len are this round's new tokens, the last of
-    them the bonus; bonus [bs] int64).
+    Shape: tree (``sglang_ddtree.tree.Tree``, N rows), tokens [bs, N] int64 (the tree's tokens with the
+    root filled in), target [bs, N] int32/int64 (the target's argmax at each row), verify_loc [bs, N]
+    int64, prefix_lens [bs] int, width W <= N. Accepts what ``verify_tree_greedy`` accepts. No host sync.
     """
-    tokens = predict.to(torch.int64)[accept_index.to(torch.int64).clamp(min=0)]
-    bonus = tokens.gather(1, (accept_lens.to(torch.int64) - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
-    return tokens, bonus
+    from sglang_ddtree.tree._common import next_pow2, use_triton
+    from sglang_ddtree.tree.reference import accept_greedy_torch
+
+    bs, n = tokens.shape
+    if not 1 <= width <= n:
+        raise ValueError(f"width must be in [1, {n}], got {width}")
+    if not use_triton("greedy_accept_commit", tokens.device, backend):
+        res = accept_greedy_torch(tree, target)
+        return commit_from_rows(target, res.accepted_node_idx[:, :width], res.accept_len + 1, verify_loc, prefix_lens)
+
+    from sglang_ddtree.worker.kernels.commit import ddtree_accept_commit_kernel
+
+    dev = tokens.device
+    i64 = dict(dtype=torch.int64, device=dev)
+    out = RoundCommit(
+        out_tokens=torch.empty(bs, width, **i64), bonus=torch.empty(bs, **i64),
+        accept_lens=torch.empty(bs, dtype=torch.int32, device=dev), new_seq_lens=torch.empty(bs, **i64),
+        kv_tgt=torch.empty(bs * width, **i64), kv_src=torch.empty(bs * width, **i64),
+        ctx_rows=torch.empty(bs * width, **i64), ctx_loc_2d=torch.empty(bs, width, **i64),
+        ctx_positions=torch.empty(bs * width, **i64),
+    )
+    if bs == 0:
+        return out
+    target = target if target.stride(1) == 1 else target.contiguous()
+    verify_loc = verify_loc if verify_loc.stride(1) == 1 else verify_loc.contiguous()
+    ddtree_accept_commit_kernel[(bs,)](
+        tokens.contiguous(), tree.parents, tree.valid, target, verify_loc, prefix_lens,
+        out.out_tokens, out.bonus, out.accept_lens, out.new_seq_lens, out.kv_tgt, out.kv_src, out.ctx_rows,
+        out.ctx_loc_2d, out.ctx_positions,
+        n, width, target.stride(0), verify_loc.stride(0),
+        BLOCK_N=next_pow2(n), BLOCK_W=next_pow2(width), num_warps=4 if n <= 1024 else 8,
+    )
+    return out
+
+
+def commit_from_accept_index(
+    predict: torch.Tensor, accept_index: torch.Tensor, accept_lens: torch.Tensor, verify_loc: torch.Tensor,
+    prefix_lens: torch.Tensor,
+) -> RoundCommit:
+    """COMMIT from an ``eagle_sample``-style acceptance (T > 0 tree sampling).
+
+    Shape: predict [bs*N] int (the token after each accepted node), accept_index [bs, W] int global rows
+    b * N + row (-1 padded), accept_lens [bs] int (1..W), verify_loc [bs, N] int64, prefix_lens [bs] int.
+    """
+    bs, n = verify_loc.shape
+    base = torch.arange(bs, device=verify_loc.device).view(bs, 1) * n
+    idx = accept_index.to(torch.int64)
+    rows = torch.where(idx >= 0, idx - base, -1)
+    return commit_from_rows(predict.view(bs, n), rows, accept_lens, verify_loc, prefix_lens)

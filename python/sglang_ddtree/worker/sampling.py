@@ -1,6 +1,8 @@
-"""ACCEPT step of a DDTree round: greedy tree walk, or target-only tree sampling at T > 0.
+"""ACCEPT step of a DDTree round: the target's greedy tokens, or target-only tree sampling at T > 0.
 
-Greedy batches go to upstream's ``eagle_sample`` (``verify_tree_greedy``). At T > 0 the walk is
+Greedy batches: ``greedy_targets`` gives the target's token at every node (penalties and logit bias
+applied first, as ``eagle_sample`` does); the walk itself runs fused with the commit
+(``kv_commit.greedy_accept_commit``). At T > 0 the walk is
 upstream's ``tree_speculative_sampling_target_only`` kernel: at each node it draws from the target's
 (filtered) distribution at that node; a child whose token is drawn is accepted, else the drawn token
 is the bonus token. With the draft distribution set to zero this samples every new token from the
@@ -24,16 +26,22 @@ from typing import Tuple
 import torch
 
 from sglang.srt.distributed import get_tp_group
-from sglang.srt.speculative.eagle_utils import eagle_sample
+from sglang.srt.utils.async_probe import sanitize_nan_logits
 
 
-def accept(verify_input, batch, logits_output) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Shape: -> (predict [bs*N] int32: the target's token after each accepted node, accept_lens [bs]
-    int32: accepted nodes INCLUDING the root, 1..D+1 (``eagle_sample``'s convention: the number of
-    tokens the round emits), accept_index [bs, max_depth + 1] int32: flattened rows, -1 padded)."""
-    info = batch.sampling_info
-    if info.is_all_greedy or batch.forward_mode.is_idle():
-        return eagle_sample(verify_input, batch, logits_output, None)
+def greedy_targets(verify_input, batch, logits_output) -> torch.Tensor:
+    """The target's token at every node. Shape: -> [bs, N] int64."""
+    logits = logits_output.next_token_logits
+    sanitize_nan_logits(logits, "verify: target model logits")
+    _apply_penalties(logits, batch.sampling_info, verify_input.draft_token_num)
+    return torch.argmax(logits, dim=-1).view(len(batch.seq_lens), verify_input.draft_token_num)
+
+
+def sample_tree(verify_input, batch, logits_output) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Target-only tree sampling (T > 0). Shape: -> (predict [bs*N] int32: the token after each
+    accepted node, accept_lens [bs] int32: accepted nodes INCLUDING the root, 1..D+1 (the number of
+    tokens the round emits, ``eagle_sample``'s convention), accept_index [bs, D + 1] int32: flattened
+    rows b * N + row, -1 padded)."""
     return _sample_target_only(verify_input, batch, logits_output)
 
 
@@ -73,6 +81,7 @@ def _sample_target_only(verify_input, batch, logits_output):
     bs, n = len(batch.seq_lens), verify_input.draft_token_num
     device = batch.device
     logits = logits_output.next_token_logits
+    sanitize_nan_logits(logits, "verify: target model logits")
     _apply_penalties(logits, info, n)
     probs = joint_filtered_probs(
         logits,

@@ -3,7 +3,7 @@
 ``build_tree`` is the package's builder (fused Triton kernel on CUDA, PyTorch elsewhere; N = budget + 1
 rows per request, row 0 the root, parent row < child row, siblings ascending, pads invalid);
 ``verify_topology`` unpacks the package's verify topology into the tuple the worker feeds SGLang's tree
-verify; ``fill_root`` writes the bonus tokens into row 0.
+verify; ``fill_root`` writes the bonus tokens into row 0 (in place).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def verify_topology(tree: Tree, prefix_lens: torch.Tensor, seq_lens_sum_bound: i
 
 
 def fill_root(tree: Tree, root_tokens: torch.Tensor) -> torch.Tensor:
-    """Shape: root_tokens [bs] int. Returns the tree's tokens [bs, N] int64 with row 0 = root_tokens."""
-    tokens = tree.token_ids.clone()
-    tokens[:, 0] = root_tokens.to(torch.int64)
-    return tokens
+    """Write the root tokens into row 0 of the tree's tokens, in place (the builder leaves 0 there for
+    the caller). Shape: root_tokens [bs] int. Returns ``tree.token_ids`` [bs, N] int64."""
+    tree.token_ids[:, 0].copy_(root_tokens)
+    return tree.token_ids

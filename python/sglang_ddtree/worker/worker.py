@@ -6,10 +6,11 @@ One decode round, batched over the running requests, without host syncs:
   BUILD   the ``budget`` best-scoring prefixes as a tree, on the GPU (``tree_api``);
   VERIFY  budget + 1 tokens per request in one target forward with the ancestor-only mask
           (``DDTreeVerifyInput``; CUDA graphs captured with the mask, see ``hooks``);
-  ACCEPT  greedy ``verify_tree_greedy`` or, at T > 0, target-only tree sampling from plain decoding's
-          filtered distribution (``sampling``); the first unmatched target token is the bonus token;
+  ACCEPT  greedy walk (the target's argmax at each node), or at T > 0 target-only tree sampling from
+          plain decoding's filtered distribution (``sampling``); the first miss gives the bonus token;
   COMMIT  move the accepted path's target KV into place and write its target hidden states into
-          the drafter's KV (``kv_commit``); carry the bonus token to the next round.
+          the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch); carry the
+          bonus token to the next round.
 Prefill, draft-KV materialisation and draft CUDA graphs are DFLASH's (``DFlashWorkerV2``). The
 drafter's runner sees block size L and topk 1; the target sees budget + 1 and topk K.
 Vocabulary (node, root, depth, budget, accept length, bonus token): see ``sglang_ddtree.tree``.
@@ -35,7 +36,7 @@ from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.geometry import RoundGeometry, draft_server_args_view
 from sglang_ddtree.worker import sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
-from sglang_ddtree.worker.kv_commit import accepted_kv_moves, accepted_path_context, gather_accepted_tokens
+from sglang_ddtree.worker.kv_commit import commit_from_accept_index, greedy_accept_commit
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 
 logger = logging.getLogger(__name__)
@@ -147,30 +148,32 @@ class DDTreeWorker(DFlashWorkerV2):
         logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
                                                                     verify_cpu, verify_sum)
 
-        predict, accept_lens, accept_index = sampling.accept(verify_input, batch, logits_output)
-        out_tokens, bonus = gather_accepted_tokens(predict, accept_index, accept_lens)
         verify_loc_2d = verify_loc.view(bs, n)
-        tgt, src = accepted_kv_moves(verify_loc_2d, accept_index, accept_lens)
-        self.model_runner.token_to_kv_pool.move_kv_cache(tgt, src)
-        new_seq_lens = prefix + accept_lens.to(prefix.dtype)
+        if batch.sampling_info.is_all_greedy:
+            targets = sampling.greedy_targets(verify_input, batch, logits_output)
+            c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, g.accept_width)
+        else:
+            predict, accept_lens, accept_index = sampling.sample_tree(verify_input, batch, logits_output)
+            c = commit_from_accept_index(predict, accept_index, accept_lens, verify_loc_2d, prefix)
+        self.model_runner.token_to_kv_pool.move_kv_cache(c.kv_tgt, c.kv_src)
+        new_seq_lens = c.new_seq_lens.to(prefix.dtype)
         if on_publish is not None:
             on_publish(new_seq_lens)
 
         hidden = logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE verify returned no target hidden states (aux capture missing).")
-        ctx_hidden, ctx_loc, ctx_loc_2d, ctx_pos = accepted_path_context(hidden, verify_loc_2d, accept_index, prefix)
         self._append_target_hidden_to_draft_kv_by_loc(
-            target_hidden=ctx_hidden, cache_loc=ctx_loc, positions=ctx_pos, cache_loc_2d=ctx_loc_2d,
-            commit_lens=accept_lens.to(torch.int32),
+            target_hidden=hidden[c.ctx_rows], cache_loc=c.ctx_loc_2d.view(-1), positions=c.ctx_positions,
+            cache_loc_2d=c.ctx_loc_2d, commit_lens=c.accept_lens,
         )
         logits_output.hidden_states = None  # keep it off the D2H copy
         return GenerationBatchResult(
             logits_output=logits_output,
-            next_token_ids=out_tokens.reshape(-1),
-            accept_lens=accept_lens.to(torch.int32),
+            next_token_ids=c.out_tokens.view(-1),
+            accept_lens=c.accept_lens,
             can_run_cuda_graph=can_run_cuda_graph,
-            next_draft_input=make_draft_input(bonus, new_seq_lens),
+            next_draft_input=make_draft_input(c.bonus, new_seq_lens),
             speculative_num_draft_tokens=g.accept_width,
             new_seq_lens=new_seq_lens,
             extra_keep_alive_refs=[verify_fb, verify_input, verify_loc],

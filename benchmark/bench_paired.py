@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Paired decode benchmark: every configuration's engine alive at once, timed in alternation.
+
+``bench_e2e.py`` starts one engine after another, so machine drift between configurations (a busy
+neighbour, clocks, the Python heap) lands in the comparison; at batch 1 on a small target a round is
+CPU-bound and such drift is as large as the differences we look for. Here one ``sglang.Engine`` per
+configuration runs in its own child process (``--serve``), all on the same GPU, and the parent times
+them in turn: repetition r runs every configuration on the same prompts, in an order rotated by r, for
+each batch size. Reported per configuration and batch size: tokens/s of every repetition, the median,
+the paired ratio against each baseline (per-repetition ratios: median, min, max), mean accept length
+and token equality with ``plain``.
+
+    python benchmark/bench_paired.py --target T --draft D --out benchmark/results/paired.json \
+        --configs plain,dflash,ddtree:64:8 [--bs 1,16] [--repeats 5] [--baselines dflash,plain]
+Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, optionally
+``+nograph`` / ``+nooverlap``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_e2e import COMMON, PROMPTS, engine_kwargs, environment  # noqa: E402
+
+_TAG = "@@BENCH_PAIRED "
+
+
+class _FakeEngine:
+    """TEST ONLY (``BENCH_PAIRED_FAKE_ENGINE=1``): lets the CPU test run the orchestration end to end."""
+
+    def __init__(self, spec):
+        self.accept = None if spec.startswith("plain") else 2.0
+
+    def generate(self, input_ids, sampling_params):
+        time.sleep(0.001 * len(input_ids))
+        return [{"output_ids": list(ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
+                 "meta_info": {"spec_accept_length": self.accept}} for ids in input_ids]
+
+    def shutdown(self):
+        pass
+
+
+def serve(args) -> int:
+    """Child: one engine; reads one JSON command per stdin line, answers one ``_TAG`` line each."""
+    kw = {**COMMON, "mem_fraction_static": args.mem_fraction, "port": args.port, "nccl_port": args.port + 7,
+          **engine_kwargs(args.serve, args.draft, args.attention_backend)}
+    if os.environ.get("BENCH_PAIRED_FAKE_ENGINE") == "1":
+        engine = _FakeEngine(args.serve)
+    else:
+        import sglang
+
+        engine = sglang.Engine(model_path=args.target, **kw)
+    params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
+    engine.generate(input_ids=[[1, 2, 3]] * 2, sampling_params=dict(params, max_new_tokens=16))  # warm-up
+    print(_TAG + json.dumps({"ready": True}), flush=True)
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd.get("quit"):
+                break
+            prompts, bs = cmd["prompts"], cmd["bs"]
+            outs, accepts, n_tok = [], [], 0
+            t = time.perf_counter()
+            for s in range(0, len(prompts), bs):
+                for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
+                    outs.append(list(r["output_ids"]))
+                    n_tok += len(r["output_ids"])
+                    accepts.append(r["meta_info"].get("spec_accept_length"))
+            wall = time.perf_counter() - t
+            acc = [a for a in accepts if a is not None]
+            print(_TAG + json.dumps({"tokens": n_tok, "wall_s": wall, "outputs": outs,
+                                     "mean_accept_length": sum(acc) / len(acc) if acc else None}), flush=True)
+    finally:
+        engine.shutdown()
+    return 0
+
+
+class _Child:
+    def __init__(self, spec, args, index, log_dir):
+        cmd = [sys.executable, os.path.abspath(__file__), "--serve", spec, "--target", args.target, "--draft",
+               args.draft, "--attention-backend", args.attention_backend, "--max-new-tokens",
+               str(args.max_new_tokens), "--mem-fraction", str(args.mem_fraction),
+               "--port", str(args.base_port + 100 * index), "--out", "-"]
+        self.spec = spec
+        self.log = open(os.path.join(log_dir, f"engine_{index}.log"), "w")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, bufsize=1)
+
+    def read(self, timeout_s: float) -> dict:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{self.spec}: engine process exited (rc {self.proc.poll()}); see {self.log.name}")
+            if line.startswith(_TAG):
+                return json.loads(line[len(_TAG):])
+            self.log.write(line)
+        raise TimeoutError(f"{self.spec}: no answer within {timeout_s} s")
+
+    def ask(self, cmd: dict, timeout_s: float = 600) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.read(timeout_s)
+
+    def close(self):
+        try:
+            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=60)
+        except Exception:  # already gone, or stuck: make sure it ends
+            self.proc.kill()
+        self.log.close()
+
+
+def _stats(values):
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--configs", default="plain,dflash,ddtree:64:8")
+    ap.add_argument("--baselines", default="dflash,plain", help="paired ratios against these configs")
+    ap.add_argument("--bs", default="1,16", help="comma-separated batch sizes")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--num-prompts", type=int, default=16, help="prompts per batch size and repetition")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--mem-fraction", type=float, default=0.1, help="mem_fraction_static of EACH engine")
+    ap.add_argument("--base-port", type=int, default=31000)
+    ap.add_argument("--log-dir", default=None, help="engine logs (default: next to --out)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=31000, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve:
+        return serve(args)
+
+    configs = args.configs.split(",")
+    for spec in configs:
+        engine_kwargs(spec, args.draft, args.attention_backend)  # bad specs fail here, before any engine
+    baselines = [b for b in args.baselines.split(",") if b]
+    missing = [b for b in baselines if b not in configs]
+    if missing:
+        ap.error(f"--baselines {missing} are not in --configs {configs}")
+    bs_list = [int(b) for b in args.bs.split(",")]
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.target)
+    prompts = [tok.encode(PROMPTS[i % len(PROMPTS)]) for i in range(args.num_prompts)]
+    log_dir = args.log_dir or os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(log_dir, exist_ok=True)
+    report = {"environment": environment(argv),
+              "settings": {**COMMON, "mem_fraction_static": args.mem_fraction, "attention_backend": args.attention_backend,
+                           "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
+                           "repeats": args.repeats, "target": args.target, "draft": args.draft,
+                           "method": "one engine process per config, all alive; each repetition runs every config "
+                                     "on the same prompts in a rotated order"},
+              "results": {}}
+    t0 = time.time()
+    children = []
+    try:
+        for i, spec in enumerate(configs):
+            children.append(_Child(spec, args, i, log_dir))
+            time.sleep(3)  # staggered starts
+        for c in children:
+            c.read(timeout_s=400)
+            print(f"[bench_paired] {c.spec} ready ({time.time() - t0:.0f} s)", flush=True)
+        runs = {spec: {str(bs): [] for bs in bs_list} for spec in configs}
+        for rep in range(args.repeats):
+            for bs in bs_list:
+                order = configs[rep % len(configs):] + configs[: rep % len(configs)]
+                for c in sorted(children, key=lambda c: order.index(c.spec)):
+                    res = c.ask({"bs": bs, "prompts": prompts})
+                    runs[c.spec][str(bs)].append(res)
+            print(f"[bench_paired] repetition {rep + 1}/{args.repeats} done ({time.time() - t0:.0f} s)", flush=True)
+    finally:
+        for c in children:
+            c.close()
+
+    for spec in configs:
+        rec = report["results"][spec] = {}
+        for bs in map(str, bs_list):
+            rs = runs[spec][bs]
+            tps = [r["tokens"] / r["wall_s"] for r in rs]
+            m = rec[bs] = {"tokens_per_s": [round(x, 1) for x in tps], "tokens_per_s_median": round(statistics.median(tps), 1),
+                           "mean_accept_length": rs[0]["mean_accept_length"] and round(rs[0]["mean_accept_length"], 3)}
+            if "plain" in runs:
+                ref = runs["plain"][bs][0]["outputs"]
+                m["equal_to_plain"] = f"{sum(a == b for a, b in zip(rs[0]['outputs'], ref))}/{len(ref)}"
+            for base in baselines:
+                if base != spec:
+                    ratios = [x / (b["tokens"] / b["wall_s"]) for x, b in zip(tps, runs[base][bs])]
+                    m[f"speedup_vs_{base}"] = _stats(ratios)
+            print(f"[bench_paired] {spec:>22} bs {bs:>3}: median {m['tokens_per_s_median']:>8.1f} tok/s "
+                  f"(runs {m['tokens_per_s']}), accept {m['mean_accept_length']}, == plain {m.get('equal_to_plain')}, "
+                  + ", ".join(f"vs {b} x{m[f'speedup_vs_{b}']['median']:.3f} [{m[f'speedup_vs_{b}']['min']:.3f}, "
+                              f"{m[f'speedup_vs_{b}']['max']:.3f}]" for b in baselines if f"speedup_vs_{b}" in m),
+                  flush=True)
+    report["wall_s"] = round(time.time() - t0, 1)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""ACCEPT + COMMIT of a greedy DDTree round in one launch: one program per request.
+
+The walk is ``sglang_ddtree.tree.kernels.accept``'s (from the root, take the child whose token is the
+target's token at the current node; stop at the first miss); the same program then writes everything
+the round hands back to SGLang (``worker.kv_commit.RoundCommit``), which otherwise takes ~25 small
+PyTorch ops per round on the CPU-bound path.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["num_rows", "width"])
+def ddtree_accept_commit_kernel(
+    tok_ptr,  # [bs, N] int64, tree tokens (row 0 = root)
+    par_ptr,  # [bs, N] int64, parent row (-1 root / pads)
+    valid_ptr,  # [bs, N] bool
+    target_ptr,  # [bs, N] int32/int64, target's token at each row
+    loc_ptr,  # [bs, N] int64, verify out_cache_loc
+    prefix_ptr,  # [bs] int32/int64, committed length before the round
+    out_tok_ptr,  # [bs, W] int64 out: new tokens, the first accept_len valid
+    bonus_ptr,  # [bs] int64 out
+    accept_len_ptr,  # [bs] int32 out: accepted drafts + 1
+    new_len_ptr,  # [bs] int64 out: prefix + accept_len
+    kv_tgt_ptr,  # [bs, W] int64 out: move_kv_cache targets (0 past accept_len)
+    kv_src_ptr,  # [bs, W] int64 out: move_kv_cache sources (0 past accept_len)
+    ctx_row_ptr,  # [bs, W] int64 out: flattened verify row of the node at each depth (b * N past accept_len)
+    ctx_loc_ptr,  # [bs, W] int64 out: final slot of depth d = verify_loc[b, d]
+    ctx_pos_ptr,  # [bs, W] int64 out: prefix + d
+    num_rows,  # N
+    width,  # W = max depth + 1 (<= N)
+    stride_target,
+    stride_loc,
+    BLOCK_N: tl.constexpr,  # next_pow2(N)
+    BLOCK_W: tl.constexpr,  # next_pow2(W)
+):
+    b = tl.program_id(0).to(tl.int64)
+    idx = tl.arange(0, BLOCK_N)
+    m = idx < num_rows
+    tok = tl.load(tok_ptr + b * num_rows + idx, mask=m, other=-1)
+    par = tl.load(par_ptr + b * num_rows + idx, mask=m, other=-2)
+    ok = tl.load(valid_ptr + b * num_rows + idx, mask=m, other=0) != 0
+    tgt = tl.load(target_ptr + b * stride_target + idx, mask=m, other=-1).to(tl.int64)
+    ws = tl.arange(0, BLOCK_W)
+    rows = tl.where(ws == 0, 0, -1).to(tl.int64)
+    cur = tl.zeros([], dtype=tl.int64)
+    alive = cur == 0
+    n_acc = tl.zeros([], dtype=tl.int32)
+    for s in range(1, width):
+        t = tl.sum(tl.where(idx == cur, tgt, 0), axis=0)
+        hit = (par == cur) & (tok == t) & ok & alive
+        nxt = tl.min(tl.where(hit, idx, BLOCK_N), axis=0).to(tl.int64)
+        alive = nxt < BLOCK_N
+        cur = tl.where(alive, nxt, cur)
+        n_acc += alive.to(tl.int32)
+        rows = tl.where((ws == s) & alive, nxt, rows)
+    a = n_acc + 1
+    wm = ws < width
+    live = (ws < a) & wm
+    safe = tl.where(live, rows, 0)
+    out = b * width + ws
+    tl.store(out_tok_ptr + out, tl.load(target_ptr + b * stride_target + safe, mask=live, other=0).to(tl.int64),
+             mask=wm)
+    loc_d = tl.load(loc_ptr + b * stride_loc + ws, mask=wm, other=0)
+    loc_src = tl.load(loc_ptr + b * stride_loc + safe, mask=live, other=0)
+    tl.store(kv_tgt_ptr + out, tl.where(live, loc_d, 0), mask=wm)
+    tl.store(kv_src_ptr + out, tl.where(live, loc_src, 0), mask=wm)
+    tl.store(ctx_row_ptr + out, b * num_rows + safe, mask=wm)
+    tl.store(ctx_loc_ptr + out, loc_d, mask=wm)
+    p = tl.load(prefix_ptr + b).to(tl.int64)
+    tl.store(ctx_pos_ptr + out, p + ws, mask=wm)
+    tl.store(accept_len_ptr + b, a)
+    tl.store(new_len_ptr + b, p + a.to(tl.int64))
+    tl.store(bonus_ptr + b, tl.sum(tl.where(idx == cur, tgt, 0), axis=0))

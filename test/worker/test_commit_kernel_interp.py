@@ -1,0 +1,83 @@
+"""The fused greedy ACCEPT + COMMIT kernel (``worker/kernels/commit.py``) == its PyTorch path, on CPU
+under the Triton interpreter (small sizes). On CUDA machines the worker GPU tests run it natively.
+
+TRITON_INTERPRET only works if set before Triton is first imported, so unless it is already set this
+module re-runs itself in a subprocess with it (like ``test/tree/test_triton_interp.py``).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the GPU tests run the kernel")
+
+_CHILD_ENV = "SGLANG_DDTREE_TEST_COMMIT_INTERP_CHILD"
+_INTERP = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+if not _INTERP:
+    try:
+        import triton  # noqa: F401
+
+        _HAVE_TRITON = True
+    except ImportError:
+        _HAVE_TRITON = False
+
+    @pytest.mark.skipif(not _HAVE_TRITON, reason="Triton is not installed")
+    def test_rerun_in_interpreter_subprocess():
+        assert os.environ.get(_CHILD_ENV) != "1", "TRITON_INTERPRET did not take effect in the child"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, TRITON_INTERPRET="1", **{_CHILD_ENV: "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__)],
+            cwd=root, env=env, capture_output=True, text=True, timeout=900,
+        )
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+else:
+    from sglang_ddtree.tree import build_tree
+    from sglang_ddtree.worker.kv_commit import greedy_accept_commit
+    from sglang_ddtree.worker.tree_api import fill_root
+
+    @pytest.mark.parametrize("bs,depth,k,budget,agree,prefix_dtype,target_dtype", [
+        (3, 7, 3, 15, 0.8, torch.int64, torch.int64),
+        (4, 5, 4, 40, 0.9, torch.int32, torch.int32),
+        (2, 7, 2, 3, 1.0, torch.int64, torch.int64),  # budget < depth: W = budget + 1 = N
+        (1, 3, 1, 1, 1.0, torch.int64, torch.int32),  # one node: W = N = 2
+        (5, 6, 3, 30, 0.0, torch.int64, torch.int64),  # the target never agrees: accept_len 1
+    ])
+    @pytest.mark.parametrize("seed", range(3))
+    def test_kernel_matches_torch(bs, depth, k, budget, agree, prefix_dtype, target_dtype, seed):
+        g = torch.Generator().manual_seed(seed)
+        vocab = 9
+        lp, ids = torch.log_softmax(torch.randn(bs, depth, vocab, generator=g), -1).topk(k, dim=-1)
+        tree = build_tree(lp, ids, budget, backend="torch")
+        tokens = fill_root(tree, torch.randint(vocab, (bs,), generator=g))
+        n = budget + 1
+        width = min(budget, depth) + 1
+        # the target follows a random child of the current node with probability `agree`, else a token
+        # outside the draft vocabulary (a miss)
+        target = torch.randint(vocab, 2 * vocab, (bs, n), generator=g)
+        for b in range(bs):
+            for row in range(n):
+                kids = [r for r in range(1, n) if bool(tree.valid[b, r]) and int(tree.parents[b, r]) == row]
+                if kids and float(torch.rand((), generator=g)) < agree:
+                    target[b, row] = tokens[b, kids[int(torch.randint(len(kids), (), generator=g))]]
+        verify_loc = torch.randperm(4 * bs * n, generator=g)[: bs * n].view(bs, n) + 1
+        prefix = torch.randint(0, 50, (bs,), generator=g).to(prefix_dtype)
+        want = greedy_accept_commit(tree, tokens, target.to(target_dtype), verify_loc, prefix, width,
+                                    backend="torch")
+        got = greedy_accept_commit(tree, tokens, target.to(target_dtype), verify_loc, prefix, width,
+                                   backend="triton")
+        for field in want._fields:
+            a, b_ = getattr(got, field), getattr(want, field)
+            if field == "ctx_rows":  # rows past accept_len are unspecified
+                live = (torch.arange(width).view(1, width) < want.accept_lens.view(bs, 1).long()).reshape(-1)
+                a, b_ = a[live], b_[live]
+            assert a.dtype == b_.dtype and a.shape == b_.shape and torch.equal(a, b_), (field, a, b_)
+        if agree == 0.0:
+            assert bool((got.accept_lens == 1).all())
+        if agree >= 0.9:
+            assert int(got.accept_lens.max()) > 1
