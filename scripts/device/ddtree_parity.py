@@ -52,6 +52,10 @@ CONFIGS = {
     "dd_flashinfer_b15": ddtree(15, 4, backend="flashinfer"),
     "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
     "dd_flashinfer_b1": ddtree(1, 1, backend="flashinfer"),
+    # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
+    "plain_triton_tp2": dict(attention_backend="triton", tp_size=2),
+    "dd_triton_b64_tp2": ddtree(64, 8, tp_size=2),
+    "dd_triton_b15_tp2_nooverlap": ddtree(15, 4, tp_size=2, disable_overlap_schedule=True),
 }
 # float32 variants: on random-weight models attention (hence the tree mask and the moved KV) visibly
 # changes the logits, and float32 keeps near-ties out of the comparison.
@@ -151,7 +155,8 @@ def main():
         target, draft = (os.path.join(args.models_root, variant, d) for d in MODEL_DIRS[variant])
         if variant not in prompts:
             prompts[variant] = make_prompts(AutoTokenizer.from_pretrained(target))
-        key = (variant, CONFIGS[name].get("attention_backend", "triton"), CONFIGS[name].get("dtype", "bfloat16"))
+        key = (variant, CONFIGS[name].get("attention_backend", "triton"), CONFIGS[name].get("dtype", "bfloat16"),
+               CONFIGS[name].get("tp_size", 1))
         print(f"[parity] === {spec} ({time.time() - t_start:.0f}s)", flush=True)
         rec = dict(config=spec, kwargs={k: v for k, v in CONFIGS[name].items()})
         try:

@@ -65,3 +65,19 @@ def test_bias_models_diverge_like_dflash(models_root, tmp_path):
     assert "error" not in rec, rec.get("traceback")
     for bs, rep in rec["parity"].items():
         assert rep["equal"] >= ref["parity"][bs]["equal"] - 2, (bs, rep, ref["parity"][bs])
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available() or __import__("torch").cuda.device_count() < 2,
+                    reason="needs 2 CUDA GPUs (tensor parallelism)")
+def test_sharp_models_token_identical_tp2(models_root, tmp_path):
+    """tp 2: the target, the drafter and the draft top-K head (per-rank vocab shards merged) split over two
+    GPUs; greedy output == the plain tp-2 engine's, with and without overlap scheduling."""
+    dd = ["dd_triton_b64_tp2", "dd_triton_b15_tp2_nooverlap"]
+    results = _run(models_root, tmp_path, ["sharp:plain_triton_tp2"] + [f"sharp:{c}" for c in dd])
+    assert "error" not in results["sharp:plain_triton_tp2"], results["sharp:plain_triton_tp2"].get("traceback")
+    for name in dd:
+        rec = results[f"sharp:{name}"]
+        assert "error" not in rec, rec.get("traceback")
+        for bs, rep in rec["parity"].items():
+            assert rep["equal"] == rep["total"], (name, bs, rep["first_mismatch"])
+        assert rec["mean_accept_length"] > 1.0
