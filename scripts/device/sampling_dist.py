@@ -13,8 +13,8 @@ requests are left unseeded and each engine gets a fixed ``random_seed`` instead;
 batch is an independent draw.
 
     python scripts/device/sampling_dist.py --target T --draft D --out /tmp/sampling.json \
-        [--configs plain,ddtree:16:4] [--num-samples 2000] [--attention-backend triton] [--dtype float32]
-        [--settings t0.7,t0.7_k20]
+        [--configs plain,ddtree:16:4] [--num-samples 2000] [--attention-backend triton] [--settings t0.7,t0.7_k20]
+Samples per setting: ``samples[setting][j]`` for the j-th prompt of ``SETTING_PROMPTS[setting]``.
 """
 
 from __future__ import annotations
@@ -31,17 +31,24 @@ from bench_e2e import COMMON, engine_kwargs, environment  # noqa: E402
 
 # Prompts whose first-token distribution at T = 0.7 is spread out on the tiny pair (float32 entropy
 # 1.7-2.8 nats, top token 0.29-0.41), so a shifted distribution has room to show.
+# Prompts 3 and 4 are for the top-p settings: in float32 every top-p / top-k boundary their first two
+# tokens meet is far from the threshold (cumulative mass >= 0.086 away from top_p - 8x the 0.011 margin that
+# bf16 rounding flipped on the H200 - and the top-k cut between probabilities >= 1.5x apart), so the kept
+# sets should not depend on rounding (see test_sampling_gpu.py).
 PROMPTS = [
     "def fibonacci(n):\n    ",
     "    def __eq__(self, other):\n        if not isinstance(other, ",
     "if __name__ == \"__main__\":\n    ",
+    "    for i in range(len(items)):\n        if ",
+    "    if not isinstance(name, str):\n        raise TypeError(",
 ]
 SETTINGS = {
     "t0.7": dict(temperature=0.7),
     "t0.7_k20": dict(temperature=0.7, top_k=20),
-    "t0.7_p0.9": dict(temperature=0.7, top_p=0.9),
-    "t0.7_p0.9_k20": dict(temperature=0.7, top_p=0.9, top_k=20),
+    "t0.7_p0.7": dict(temperature=0.7, top_p=0.7),
+    "t0.7_p0.85_k2": dict(temperature=0.7, top_p=0.85, top_k=2),
 }
+SETTING_PROMPTS = {"t0.7": [0, 1, 2], "t0.7_k20": [0, 1, 2], "t0.7_p0.7": [3], "t0.7_p0.85_k2": [4]}
 
 
 def run_config(spec: str, args, prompts) -> dict:
@@ -49,7 +56,7 @@ def run_config(spec: str, args, prompts) -> dict:
 
     t0 = time.time()
     engine = sglang.Engine(model_path=args.target, random_seed=args.seed,
-                           **{**COMMON, "dtype": args.dtype, **engine_kwargs(spec, args.draft, args.attention_backend)})
+                           **{**COMMON, **engine_kwargs(spec, args.draft, args.attention_backend)})
     rec = {"config": spec, "start_s": round(time.time() - t0, 1), "samples": {}, "mean_accept_length": {}}
     try:
         engine.generate(input_ids=prompts[:1], sampling_params=dict(temperature=0.7, max_new_tokens=4))  # warm-up
@@ -57,7 +64,7 @@ def run_config(spec: str, args, prompts) -> dict:
             setting = SETTINGS[name]
             params = dict(setting, max_new_tokens=args.tokens, ignore_eos=True)
             rec["samples"][name], accepts = [], []
-            for ids in prompts:
+            for ids in (prompts[i] for i in SETTING_PROMPTS[name]):
                 draws = []
                 for s in range(0, args.num_samples, args.batch):
                     n = min(args.batch, args.num_samples - s)
@@ -84,7 +91,6 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=3, help="generated tokens kept per request")
     ap.add_argument("--seed", type=int, default=1234, help="engine random_seed")
     ap.add_argument("--attention-backend", default="triton")
-    ap.add_argument("--dtype", default=COMMON["dtype"], help="engine dtype (float32: see test_sampling_gpu.py)")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {list(SETTINGS)}")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -97,10 +103,11 @@ def main(argv=None) -> int:
     tok = AutoTokenizer.from_pretrained(args.target)
     prompts = [tok.encode(p) for p in PROMPTS]
     report = {"environment": environment(argv),
-              "settings": {**COMMON, "dtype": args.dtype, "attention_backend": args.attention_backend,
+              "settings": {**COMMON, "attention_backend": args.attention_backend,
                            "target": args.target, "draft": args.draft, "num_samples": args.num_samples,
                            "tokens": args.tokens, "seed": args.seed,
-                           "sampling": {name: SETTINGS[name] for name in args.settings}},
+                           "sampling": {name: SETTINGS[name] for name in args.settings},
+                           "setting_prompts": {name: SETTING_PROMPTS[name] for name in args.settings}},
               "prompts": PROMPTS, "prompt_ids": prompts, "results": []}
     for spec in args.configs.split(","):
         print(f"[sampling_dist] {spec}", flush=True)
