@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from sglang_ddtree.tree import Tree, accept_greedy, build_tree, build_verify_topology
+from sglang_ddtree.tree import Tree, accept_greedy, build_tree, build_verify_topology, full_mask_numel
 from sglang_ddtree.tree.reference import (
     accept_greedy_torch,
     build_tree_reference,
@@ -102,6 +102,36 @@ def test_topology_and_accept_cuda_equal_torch():
                 assert torch.equal(x, y), case
 
 
+@pytest.mark.parametrize("impl", ["fused", "fill_then_tree", "wide", "fill_then_wide"])
+def test_full_mask_impls_cuda_equal_torch(impl):
+    """Each FULL_MASK writer on CUDA: the PyTorch path's bytes for prefixes 0 / unaligned / long, into
+    buffers at several addresses mod 16 (16-byte vector stores only at 0), nothing written outside."""
+    gen = torch.Generator().manual_seed(6)
+    cases = _cases(6, 8) + [(1, 15, 8, 1, "softmax"), (64, 15, 8, 512, "softmax")]
+    for i, case in enumerate(cases):
+        lp, ids, roots = _inputs(case, gen)
+        tree = build_tree(lp, ids, case[3], roots)
+        bs, n = tree.parents.shape
+        seq = torch.randint(0, 2000, (bs,), generator=gen)
+        seq[0] = [0, 1, 15, 1024][i % 4]
+        seq = seq.to(DEV)
+        want = build_verify_topology_torch(tree, seq, int(seq.sum()))
+        for off, extra in ((0, 0), (0, 100), (1, 0), (7, 3), (12, 0)):
+            numel = full_mask_numel(int(seq.sum()) + extra, bs, n)
+            base = torch.zeros(off + numel + 32, dtype=torch.bool, device=DEV)
+            got = build_verify_topology(
+                tree, seq, int(seq.sum()) + extra, with_tree_mask=False, custom_mask_out=base[off:],
+                full_mask_impl=impl,
+            )
+            msg = (impl, case, off, extra)
+            assert torch.equal(got.custom_mask[: want.custom_mask.numel()], want.custom_mask), msg
+            assert not base[:off].any() and not base[off + numel :].any(), msg
+            assert torch.equal(got.retrieve_next_sibling, want.retrieve_next_sibling), msg
+        own = build_verify_topology(tree, seq, int(seq.sum()), full_mask_impl=impl)  # fresh buffer
+        for f in TOPO_FIELDS:
+            assert torch.equal(getattr(own, f), getattr(want, f)), (impl, case, f)
+
+
 def _sgl_reconstruct():
     try:
         from sgl_kernel.speculative import reconstruct_indices_from_tree_mask
@@ -190,8 +220,12 @@ def test_accept_equals_upstream_verify_tree_greedy(which):
             assert torch.equal(predicts.long()[last], ours.bonus_token), case
 
 
-@pytest.mark.parametrize("bs,budget,backend", [(1, 64, "auto"), (8, 512, "auto"), (4, 64, "torch")])
-def test_cuda_graph_capture_and_replay(bs, budget, backend):
+@pytest.mark.parametrize(
+    "bs,budget,backend,impl",
+    [(1, 64, "auto", "fused"), (8, 512, "auto", "fused"), (4, 64, "torch", "fused"), (8, 512, "auto", "fill_then_tree"),
+     (8, 512, "auto", "wide"), (8, 512, "auto", "fill_then_wide")],
+)
+def test_cuda_graph_capture_and_replay(bs, budget, backend, impl):
     """build + topology + accept captured once, replayed on new inputs == eager on those inputs."""
     depth_limit, k = 15, 8
     gen = torch.Generator().manual_seed(4)
@@ -203,7 +237,7 @@ def test_cuda_graph_capture_and_replay(bs, budget, backend):
 
     def step():
         tree = build_tree(lp, ids, budget, roots, backend=backend)
-        topo = build_verify_topology(tree, seq, seq_sum, backend=backend)
+        topo = build_verify_topology(tree, seq, seq_sum, backend=backend, full_mask_impl=impl)
         return tree, topo, accept_greedy(tree, target, backend=backend)
 
     side = torch.cuda.Stream()

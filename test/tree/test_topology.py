@@ -133,3 +133,32 @@ def test_full_mask_with_an_upper_bound_on_seq_lens_sum():
         bound = build_verify_topology(tree, seq, int(seq.sum()) + 37).custom_mask
         assert bound.numel() == exact.numel() + 37 * tree.num_rows
         assert torch.equal(bound[: exact.numel()], exact)
+
+
+def test_full_mask_impl_argument_and_env_var(monkeypatch):
+    """``full_mask_impl`` / $SGLANG_DDTREE_FULL_MASK_IMPL pick a FULL_MASK writer: valid names are
+    accepted (the torch path's bytes do not depend on them), anything else is a ValueError naming them."""
+    from sglang_ddtree.tree import _common
+    from sglang_ddtree.tree.topology import FULL_MASK_IMPLS
+
+    assert FULL_MASK_IMPLS[0] == "fused"
+    tree, seq = next(_random_trees(12, 1))
+    total = int(seq.sum())
+    want = build_verify_topology(tree, seq, total).custom_mask
+    for impl in FULL_MASK_IMPLS:
+        assert torch.equal(build_verify_topology(tree, seq, total, full_mask_impl=impl).custom_mask, want)
+    with pytest.raises(ValueError, match="full_mask_impl must be one of .*fill_then_tree"):
+        build_verify_topology(tree, seq, total, full_mask_impl="memset")
+    try:
+        monkeypatch.setenv(_common.FULL_MASK_IMPL_ENV, "wide")
+        _common.default_full_mask_impl.cache_clear()
+        assert _common.default_full_mask_impl() == "wide"
+        monkeypatch.setenv(_common.FULL_MASK_IMPL_ENV, "bogus")
+        _common.default_full_mask_impl.cache_clear()
+        with pytest.raises(ValueError, match="SGLANG_DDTREE_FULL_MASK_IMPL must be one of"):
+            build_verify_topology(tree, seq, total)
+        monkeypatch.delenv(_common.FULL_MASK_IMPL_ENV)
+        _common.default_full_mask_impl.cache_clear()
+        assert _common.default_full_mask_impl() == "fused"
+    finally:
+        _common.default_full_mask_impl.cache_clear()

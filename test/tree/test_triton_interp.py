@@ -49,7 +49,7 @@ if not torch.cuda.is_available() and not _interpreter_active():
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
 else:
-    from sglang_ddtree.tree import accept_greedy, build_tree, build_verify_topology
+    from sglang_ddtree.tree import accept_greedy, build_tree, build_verify_topology, full_mask_numel
     from sglang_ddtree.tree.reference import accept_greedy_torch, build_tree_torch, build_verify_topology_torch
     from tree_cases import assert_trees_equal, random_inputs
 
@@ -131,6 +131,38 @@ else:
         lp, ids = random_inputs(2, 15, 8, gen)
         tree = build_tree_torch(lp, ids, 512)
         _assert_topology_equal(tree, torch.tensor([3, 70]), "budget 512")
+
+    # (bs, budget, prefixes): budgets 1..520, prefixes 0 / unaligned / 16-aligned, one or several requests
+    FULL_MASK_CASES = [
+        (1, 1, [0]), (1, 2, [1]), (1, 3, [13]), (2, 7, [0, 5]), (3, 15, [16, 17, 3]), (2, 16, [15, 1]),
+        (1, 17, [33]), (2, 31, [2, 100]), (2, 33, [7, 0]), (1, 63, [31]), (2, 64, [0, 0]), (1, 127, [9]),
+        (1, 128, [250]), (2, 129, [14, 1]), (1, 300, [1023]), (2, 256, [1, 1024]), (1, 520, [1037]),
+    ]
+
+    @pytest.mark.parametrize("impl", ["fill_then_tree", "wide", "fill_then_wide"])
+    def test_topology_full_mask_impls_equal_torch(impl):
+        """Every FULL_MASK variant writes the PyTorch path's bytes: buffers at every address mod 16 (the
+        wide stores' alignment), exact and larger host bounds, nothing written outside the buffer."""
+        gen = torch.Generator().manual_seed(9)
+        for i, (bs, budget, prefixes) in enumerate(FULL_MASK_CASES):
+            lp, ids = random_inputs(bs, 15, 8, gen)
+            tree = build_tree_torch(lp, ids, budget)
+            seq = torch.tensor(prefixes)
+            want = build_verify_topology_torch(tree, seq, int(seq.sum()))
+            bound = int(seq.sum()) + (7 if i % 3 == 1 else 0)
+            numel = full_mask_numel(bound, bs, budget + 1)
+            off = (5 * i + 3) % 16
+            base = torch.zeros(off + numel + 16, dtype=torch.bool)
+            got = build_verify_topology(
+                tree, seq, bound, with_tree_mask=i % 2 == 0, custom_mask_out=base[off:],
+                backend="triton", full_mask_impl=impl,
+            )
+            msg = (impl, bs, budget, prefixes, off, bound)
+            assert torch.equal(got.custom_mask[: want.custom_mask.numel()], want.custom_mask), msg
+            assert not base[:off].any() and not base[off + numel :].any(), msg
+            for f in TOPO_FIELDS[:-1]:
+                if getattr(got, f) is not None:
+                    assert torch.equal(getattr(got, f), getattr(want, f)), (msg, f)
 
     def _general_tree(n, num, max_depth, rnd):
         """Random parents (depth <= max_depth), rows relabelled so parents may follow children and

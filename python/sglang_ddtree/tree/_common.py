@@ -16,6 +16,13 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "triton", "torch")
 
+# How the Triton topology kernel writes the FULL_MASK (all give the same bytes; see topology.py):
+# "fused" one kernel, byte stores (the default, timed on the H200); "fill_then_tree" fill_(True) of the
+# buffer, then the kernel writes only the tree columns; "wide" one kernel, 16-byte-aligned word stores;
+# "fill_then_wide" fill_(True), then the tree columns as words.
+FULL_MASK_IMPLS = ("fused", "fill_then_tree", "wide", "fill_then_wide")
+FULL_MASK_IMPL_ENV = "SGLANG_DDTREE_FULL_MASK_IMPL"
+
 
 def next_pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
@@ -65,6 +72,19 @@ def triton_importable() -> bool:
     except Exception:  # pragma: no cover - depends on the install
         return False
     return True
+
+
+def check_full_mask_impl(impl: str, where: str = "full_mask_impl") -> str:
+    if impl not in FULL_MASK_IMPLS:
+        raise ValueError(f"{where} must be one of {FULL_MASK_IMPLS}, got {impl!r}")
+    return impl
+
+
+@functools.lru_cache(maxsize=None)
+def default_full_mask_impl() -> str:
+    """``$SGLANG_DDTREE_FULL_MASK_IMPL`` or "fused"; read once per process (``cache_clear()`` to re-read)."""
+    value = os.environ.get(FULL_MASK_IMPL_ENV, "").strip() or "fused"
+    return check_full_mask_impl(value, FULL_MASK_IMPL_ENV)
 
 
 def triton_interpreting() -> bool:

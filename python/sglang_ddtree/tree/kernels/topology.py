@@ -7,6 +7,12 @@ expands the words into the compact ancestor mask and the FULL_MASK rows (prefix 
 tree part). In the same column sweep it finds the retrieve links of its rows (first child: lowest
 row whose parent is the row; next sibling: lowest later row with the same parent; pads have parent
 -1 and no links), and it writes positions and retrieve_index.
+
+FULL_MASK variants (``topology.FULL_MASK_IMPLS``): WRITE_PREFIX=False leaves the prefix columns to the
+caller (a ``fill_(True)`` of the whole buffer before the launch); WIDE=True writes the row parts as
+16-byte-aligned int32 words (4 per 16 bytes, so ``st.global.v4`` when the buffer is 16-byte aligned)
+and only the up-to-15-byte edges of each part byte by byte. A tree word is a nibble of the row's
+ancestor bits shifted to the word's alignment, spread to one 0/1 byte per bit (``_spread_nibbles``).
 """
 
 import triton
@@ -16,6 +22,48 @@ import triton.language as tl
 @triton.jit
 def _or(a, b):
     return a | b
+
+
+@triton.jit
+def _spread_nibbles(bits, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    """[R, W] int32 bit words -> [R, 8 * W] int32 mask words: byte k of word 8 * w + i = bit 4 * i + k of
+    bits[:, w], as 0/1 (little-endian: byte k is the k-th column of the word)."""
+    ns = tl.arange(0, 8)
+    nib = tl.reshape((bits[:, :, None] >> (4 * ns)[None, None, :]) & 15, [BLOCK_R, 8 * BLOCK_W])
+    return (nib * 0x204081) & 0x01010101  # bit k of a nibble lands on bit 8 * k (no carries)
+
+
+@triton.jit
+def _edge_columns(head, groups, length, rmask):
+    """The columns of a row part of ``length`` bytes that no aligned word covers: the head
+    [0, min(head, length)) and the tail [head + 16 * groups, length), < 16 each. Shape: head / groups
+    [R] int64 -> columns [R, 32] int64 (head in 0..15, tail in 16..31), store mask [R, 32]."""
+    es = tl.arange(0, 32)
+    k = (es & 15)[None, :]
+    col = tl.where(es[None, :] < 16, k, (head + 16 * groups)[:, None] + k)
+    m = rmask[:, None] & (col < length) & ((es[None, :] >= 16) | (col < head[:, None]))
+    return col, m
+
+
+@triton.jit
+def _row_bits(path_word, path_bit, word):
+    """[R] int32: bit word ``word`` [R] (columns 32 * word ..) of each row's ancestor bits."""
+    return tl.reduce(tl.where(path_word == word[:, None], path_bit, 0), 1, _or)
+
+
+@triton.jit
+def _store_tree_edges(full_mask_ptr, t_start, t_head, t_groups, num_rows, rmask, path_word, path_bit):
+    """The tree columns no aligned word covers, byte by byte: head columns (< 16) lie in bit word 0,
+    the tail's 16 in words tw and tw + 1. Shape: t_start / t_head / t_groups [R] int64, path_* [R, L]."""
+    t_col, t_m = _edge_columns(t_head, t_groups, num_rows, rmask)
+    t_col32 = t_col.to(tl.int32)
+    tw = ((t_head + 16 * t_groups) >> 5).to(tl.int32)  # [R]
+    w_head = _row_bits(path_word, path_bit, tw * 0)
+    w_lo = _row_bits(path_word, path_bit, tw)
+    w_hi = _row_bits(path_word, path_bit, tw + 1)
+    e_bits = tl.where((t_col32 >> 5) == tw[:, None], w_lo[:, None], w_hi[:, None])
+    e_bits = tl.where(t_col32 < 16, w_head[:, None], e_bits)
+    tl.store(full_mask_ptr + t_start[:, None] + t_col, ((e_bits >> (t_col32 & 31)) & 1) != 0, mask=t_m)
 
 
 @triton.jit(do_not_specialize=["num_rows", "max_depth"])
@@ -31,8 +79,11 @@ def ddtree_topology_kernel(
     full_mask_ptr,  # [seq_lens_sum * N + bs * N * N] bool out (if WRITE_FULL_MASK)
     num_rows,  # N
     max_depth,  # L - 1
+    mask_mis,  # full_mask_ptr's address mod 16 (specialised: 0 lets WIDE stores be 16-byte vectors)
     WRITE_TREE_MASK: tl.constexpr,
     WRITE_FULL_MASK: tl.constexpr,
+    WRITE_PREFIX: tl.constexpr,  # False: the caller has set the whole FULL_MASK to True
+    WIDE: tl.constexpr,  # row parts as 16-byte-aligned int32 words, edges byte by byte
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_W: tl.constexpr,  # 32-column words per chunk (a chunk is 32 * BLOCK_W tree columns)
     BLOCK_PC: tl.constexpr,  # prefix columns per chunk
@@ -69,11 +120,39 @@ def ddtree_topology_kernel(
             pre += tl.sum(tl.load(seq_lens_ptr + idx, mask=idx < b, other=0).to(tl.int64), axis=0)
         width = seq + num_rows
         row_base = num_rows * pre + b * num_rows * num_rows + rows * width  # [BLOCK_R]
-        for c0 in range(0, seq, BLOCK_PC):
-            pcols = c0 + tl.arange(0, BLOCK_PC)
-            pm = rmask[:, None] & (pcols < seq)[None, :]
-            ones = tl.full([BLOCK_R, BLOCK_PC], 1, tl.int1)
-            tl.store(full_mask_ptr + row_base[:, None] + pcols[None, :], ones, mask=pm)
+        if WIDE:
+            # Word u of word_ptr covers bytes [4u - mask_mis, 4u - mask_mis + 4) of full_mask_ptr; a row
+            # part starting at byte s has head = bytes to the next 16-byte boundary, then whole groups.
+            word_ptr = (full_mask_ptr.to(tl.pointer_type(tl.int8)) - mask_mis).to(tl.pointer_type(tl.int32))
+            t_start = row_base + seq  # [BLOCK_R] first tree byte
+            t_head = (-(t_start + mask_mis)) & 15
+            t_groups = tl.where(t_head <= num_rows, (num_rows - t_head) >> 4, 0)
+            t_word0 = tl.multiple_of((t_start + mask_mis + t_head) >> 2, 4)
+        if WRITE_PREFIX:
+            if WIDE:
+                p_head = (-(row_base + mask_mis)) & 15
+                p_groups = tl.where(p_head <= seq, (seq - p_head) >> 4, 0)
+                p_word0 = tl.multiple_of((row_base + mask_mis + p_head) >> 2, 4)
+                ones_w = tl.full([BLOCK_R, BLOCK_PC // 4], 0x01010101, tl.int32)
+                for w0 in range(0, seq // 4, BLOCK_PC // 4):
+                    wc = w0 + tl.arange(0, BLOCK_PC // 4)
+                    pm = rmask[:, None] & ((wc // 4)[None, :] < p_groups[:, None])
+                    tl.store(word_ptr + p_word0[:, None] + wc[None, :], ones_w, mask=pm)
+                p_col, p_m = _edge_columns(p_head, p_groups, seq, rmask)
+                tl.store(full_mask_ptr + row_base[:, None] + p_col, p_col >= 0, mask=p_m)
+            else:
+                for c0 in range(0, seq, BLOCK_PC):
+                    pcols = c0 + tl.arange(0, BLOCK_PC)
+                    pm = rmask[:, None] & (pcols < seq)[None, :]
+                    ones = tl.full([BLOCK_R, BLOCK_PC], 1, tl.int1)
+                    tl.store(full_mask_ptr + row_base[:, None] + pcols[None, :], ones, mask=pm)
+        if WIDE:
+            if not WRITE_TREE_MASK:  # here, before the sweep: 80 instead of 144 registers on sm_90
+                _store_tree_edges(full_mask_ptr, t_start, t_head, t_groups, num_rows, rmask, path_word, path_bit)
+            # Tree bits shifted by t_head: shifted bit q = column q + t_head (columns < t_head: edges).
+            s_path = tl.where(path >= 0, path - t_head[:, None].to(tl.int32), -1)
+            s_word = s_path >> 5  # -1 (never a word) before t_head and past the root
+            s_bit = tl.full([BLOCK_R, BLOCK_L], 1, tl.int32) << (s_path & 31)
 
     # Column sweep in int32 (N < 2**31) to keep the [rows, columns] tiles light on registers.
     rows32 = rows.to(tl.int32)
@@ -94,8 +173,8 @@ def ddtree_topology_kernel(
         first = tl.minimum(first, tl.min(tl.where(child, cols[None, :], 2147483647), axis=1))
         later = (pc[None, :] == par_r32[:, None]) & (par_r32[:, None] >= 0) & (cols[None, :] > rows32[:, None])
         sib = tl.minimum(sib, tl.min(tl.where(later, cols[None, :], 2147483647), axis=1))
-        if WRITE_TREE_MASK or WRITE_FULL_MASK:
-            words = c0 // 32 + ws  # [BLOCK_W]
+        words = c0 // 32 + ws  # [BLOCK_W]
+        if WRITE_TREE_MASK or (WRITE_FULL_MASK and not WIDE):
             hit = path_word[:, None, :] == words[None, :, None]  # [R, W, L]
             bits = tl.reduce(tl.where(hit, path_bit[:, None, :], 0), 2, _or)  # [R, W] int32
             anc = ((bits[:, :, None] >> js[None, None, :]) & 1) != 0  # [R, W, 32]
@@ -103,7 +182,15 @@ def ddtree_topology_kernel(
             m = rmask[:, None] & cmask[None, :]
             if WRITE_TREE_MASK:
                 tl.store(tree_row_ptr[:, None] + cols[None, :], anc, mask=m)
-            if WRITE_FULL_MASK:
+            if WRITE_FULL_MASK and not WIDE:
                 tl.store(full_row_ptr[:, None] + cols[None, :], anc, mask=m)
+        if WRITE_FULL_MASK and WIDE:  # the 8 * BLOCK_W words of shifted columns [c0, c0 + BLOCK_C)
+            s_hit = s_word[:, None, :] == words[None, :, None]  # [R, W, L]
+            s_bits = tl.reduce(tl.where(s_hit, s_bit[:, None, :], 0), 2, _or)  # [R, W] int32
+            wc = c0 // 4 + tl.arange(0, 8 * BLOCK_W)
+            wm = rmask[:, None] & ((wc // 4)[None, :] < t_groups[:, None])
+            tl.store(word_ptr + t_word0[:, None] + wc[None, :], _spread_nibbles(s_bits, BLOCK_R, BLOCK_W), mask=wm)
+    if WRITE_FULL_MASK and WIDE and WRITE_TREE_MASK:  # here, not before the sweep: ptxas spilled there
+        _store_tree_edges(full_mask_ptr, t_start, t_head, t_groups, num_rows, rmask, path_word, path_bit)
     tl.store(rnext_ptr + b * num_rows + rows, tl.where(first < num_rows, first, -1).to(tl.int64), mask=rmask)
     tl.store(rsib_ptr + b * num_rows + rows, tl.where(sib < num_rows, sib, -1).to(tl.int64), mask=rmask)
