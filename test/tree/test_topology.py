@@ -159,6 +159,6 @@ def test_full_mask_impl_argument_and_env_var(monkeypatch):
             build_verify_topology(tree, seq, total)
         monkeypatch.delenv(_common.FULL_MASK_IMPL_ENV)
         _common.default_full_mask_impl.cache_clear()
-        assert _common.default_full_mask_impl() == "fused"
+        assert _common.default_full_mask_impl() == _common.DEFAULT_FULL_MASK_IMPL == "wide"
     finally:
         _common.default_full_mask_impl.cache_clear()

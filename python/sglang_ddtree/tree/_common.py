@@ -22,6 +22,9 @@ BACKENDS = ("auto", "triton", "torch")
 # "fill_then_wide" fill_(True), then the tree columns as words.
 FULL_MASK_IMPLS = ("fused", "fill_then_tree", "wide", "fill_then_wide")
 FULL_MASK_IMPL_ENV = "SGLANG_DDTREE_FULL_MASK_IMPL"
+# "wide": measured fastest on the H200 (benchmark/results/bench_tree.json, session 3: topology at bs 64 /
+# budget 512 / prefix 1024 0.046 ms vs 0.067 for "fused"; byte-exact at every measured shape).
+DEFAULT_FULL_MASK_IMPL = "wide"
 
 
 def next_pow2(x: int) -> int:
@@ -82,8 +85,9 @@ def check_full_mask_impl(impl: str, where: str = "full_mask_impl") -> str:
 
 @functools.lru_cache(maxsize=None)
 def default_full_mask_impl() -> str:
-    """``$SGLANG_DDTREE_FULL_MASK_IMPL`` or "fused"; read once per process (``cache_clear()`` to re-read)."""
-    value = os.environ.get(FULL_MASK_IMPL_ENV, "").strip() or "fused"
+    """``$SGLANG_DDTREE_FULL_MASK_IMPL`` or ``DEFAULT_FULL_MASK_IMPL``; read once per process
+    (``cache_clear()`` to re-read)."""
+    value = os.environ.get(FULL_MASK_IMPL_ENV, "").strip() or DEFAULT_FULL_MASK_IMPL
     return check_full_mask_impl(value, FULL_MASK_IMPL_ENV)
 
 
