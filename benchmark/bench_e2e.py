@@ -104,6 +104,22 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
 _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True)}
 
 
+def decode_in_batches(engine, prompts, bs: int, params: dict) -> dict:
+    """Generate ``prompts`` in consecutive batches of ``bs`` requests; returns outputs (token ids per
+    prompt), tokens (total generated), wall_s and mean_accept_length (meta_info's, None without
+    speculation)."""
+    outs, accepts, n_tok = [], [], 0
+    t = time.perf_counter()
+    for s in range(0, len(prompts), bs):
+        for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
+            outs.append(list(r["output_ids"]))
+            n_tok += len(r["output_ids"])
+            accepts.append(r["meta_info"].get("spec_accept_length"))
+    wall = time.perf_counter() - t
+    acc = [a for a in accepts if a is not None]
+    return {"outputs": outs, "tokens": n_tok, "wall_s": wall, "mean_accept_length": sum(acc) / len(acc) if acc else None}
+
+
 def run_config(spec, target, draft, prompts, args) -> dict:
     import sglang
 
@@ -114,20 +130,13 @@ def run_config(spec, target, draft, prompts, args) -> dict:
     try:
         engine.generate(input_ids=prompts[:2], sampling_params=dict(params, max_new_tokens=16))  # warm-up
         for bs in args.bs:
-            outs, accepts, n_tok = [], [], 0
-            t = time.perf_counter()
-            for s in range(0, len(prompts), bs):
-                for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
-                    outs.append(list(r["output_ids"]))
-                    n_tok += len(r["output_ids"])
-                    accepts.append(r["meta_info"].get("spec_accept_length"))
-            wall = time.perf_counter() - t
-            acc = [a for a in accepts if a is not None]
+            d = decode_in_batches(engine, prompts, bs, params)
+            acc = d["mean_accept_length"]
             rec["by_bs"][str(bs)] = {
-                "requests": len(outs), "output_tokens": n_tok, "wall_s": round(wall, 3),
-                "tokens_per_s": round(n_tok / wall, 1),
-                "mean_accept_length": round(sum(acc) / len(acc), 3) if acc else None,
-                "outputs": outs,
+                "requests": len(d["outputs"]), "output_tokens": d["tokens"], "wall_s": round(d["wall_s"], 3),
+                "tokens_per_s": round(d["tokens"] / d["wall_s"], 1),
+                "mean_accept_length": round(acc, 3) if acc is not None else None,
+                "outputs": d["outputs"],
             }
         if args.profile_dir:  # one torch-profiler trace of bs-1 decoding (benchmark/analyze_trace.py reads it)
             out_dir = os.path.join(args.profile_dir, spec.replace(":", "_").replace("+", "_"))

@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import COMMON, PROMPTS, engine_kwargs, environment  # noqa: E402
+from bench_e2e import COMMON, PROMPTS, decode_in_batches, engine_kwargs, environment  # noqa: E402
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -65,18 +65,7 @@ def serve(args) -> int:
             cmd = json.loads(line)
             if cmd.get("quit"):
                 break
-            prompts, bs = cmd["prompts"], cmd["bs"]
-            outs, accepts, n_tok = [], [], 0
-            t = time.perf_counter()
-            for s in range(0, len(prompts), bs):
-                for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
-                    outs.append(list(r["output_ids"]))
-                    n_tok += len(r["output_ids"])
-                    accepts.append(r["meta_info"].get("spec_accept_length"))
-            wall = time.perf_counter() - t
-            acc = [a for a in accepts if a is not None]
-            print(_TAG + json.dumps({"tokens": n_tok, "wall_s": wall, "outputs": outs,
-                                     "mean_accept_length": sum(acc) / len(acc) if acc else None}), flush=True)
+            print(_TAG + json.dumps(decode_in_batches(engine, cmd["prompts"], cmd["bs"], params)), flush=True)
     finally:
         engine.shutdown()
     return 0

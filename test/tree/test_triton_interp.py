@@ -6,47 +6,20 @@ leak into every later test, so unless it is already set this module re-runs itse
 it. Skipped on CUDA machines, where ``test_gpu.py`` runs the same kernels natively.
 """
 
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
+
+from _interp_rerun import interpreter_active, make_rerun_test
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: see test_gpu.py")
 
 _CHILD_ENV = "SGLANG_DDTREE_TEST_INTERP_CHILD"
 
 
-def _interpreter_active() -> bool:
-    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        return False
-    try:
-        import triton.language as tl
-    except ImportError:
-        return False
-    return type(tl.sum).__name__ == "InterpretedFunction"
-
-
-if not torch.cuda.is_available() and not _interpreter_active():
-    try:
-        import triton  # noqa: F401
-
-        _HAVE_TRITON = True
-    except ImportError:
-        _HAVE_TRITON = False
-
-    @pytest.mark.skipif(not _HAVE_TRITON, reason="Triton is not installed")
-    def test_rerun_in_interpreter_subprocess():
-        assert os.environ.get(_CHILD_ENV) != "1", "TRITON_INTERPRET did not take effect in the child"
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, TRITON_INTERPRET="1", **{_CHILD_ENV: "1"})
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__)],
-            cwd=root, env=env, capture_output=True, text=True, timeout=900,
-        )
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+if not torch.cuda.is_available() and not interpreter_active():
+    test_rerun_in_interpreter_subprocess = make_rerun_test(__file__, _CHILD_ENV)
 
 else:
     from sglang_ddtree.tree import accept_greedy, build_tree, build_verify_topology, full_mask_numel

@@ -5,36 +5,16 @@ TRITON_INTERPRET only works if set before Triton is first imported, so unless it
 module re-runs itself in a subprocess with it (like ``test/tree/test_triton_interp.py``).
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+
+from _interp_rerun import interpreter_active, make_rerun_test
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the GPU tests run the kernel")
 
 _CHILD_ENV = "SGLANG_DDTREE_TEST_COMMIT_INTERP_CHILD"
-_INTERP = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-if not _INTERP:
-    try:
-        import triton  # noqa: F401
-
-        _HAVE_TRITON = True
-    except ImportError:
-        _HAVE_TRITON = False
-
-    @pytest.mark.skipif(not _HAVE_TRITON, reason="Triton is not installed")
-    def test_rerun_in_interpreter_subprocess():
-        assert os.environ.get(_CHILD_ENV) != "1", "TRITON_INTERPRET did not take effect in the child"
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, TRITON_INTERPRET="1", **{_CHILD_ENV: "1"})
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__)],
-            cwd=root, env=env, capture_output=True, text=True, timeout=900,
-        )
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+if not interpreter_active():
+    test_rerun_in_interpreter_subprocess = make_rerun_test(__file__, _CHILD_ENV)
 
 else:
     from sglang_ddtree.tree import build_tree
