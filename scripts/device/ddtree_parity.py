@@ -57,11 +57,8 @@ CONFIGS = {
     "dd_triton_b64_tp2": ddtree(64, 8, tp_size=2),
     "dd_triton_b15_tp2_nooverlap": ddtree(15, 4, tp_size=2, disable_overlap_schedule=True),
 }
-# float32 variants: on random-weight models attention (hence the tree mask and the moved KV) visibly
-# changes the logits, and float32 keeps near-ties out of the comparison.
-for _name in list(CONFIGS):
-    if "triton" in _name:
-        CONFIGS[_name.replace("triton", "triton_fp32")] = dict(CONFIGS[_name], dtype="float32")
+# No float32 variants: float32 engines do not start in SGLang 0.5.16 (sgl_kernel's rmsnorm has no float32
+# kernel; test/worker/GPU_RESULTS.md). Exactness comes from the sharp models instead.
 
 
 def make_prompts(tokenizer, n=48):
