@@ -84,14 +84,14 @@ def greedy_accept_commit(
     root filled in), target [bs, N] int32/int64 (the target's argmax at each row), verify_loc [bs, N]
     int64, prefix_lens [bs] int, width W <= N. Accepts what ``verify_tree_greedy`` accepts. No host sync.
     """
+    from sglang_ddtree.tree import accept_greedy
     from sglang_ddtree.tree._common import next_pow2, use_triton
-    from sglang_ddtree.tree.reference import accept_greedy_torch
 
     bs, n = tokens.shape
     if not 1 <= width <= n:
         raise ValueError(f"width must be in [1, {n}], got {width}")
     if not use_triton("greedy_accept_commit", tokens.device, backend):
-        res = accept_greedy_torch(tree, target)
+        res = accept_greedy(tree, target, backend="torch")
         return commit_from_rows(target, res.accepted_node_idx[:, :width], res.accept_len + 1, verify_loc, prefix_lens)
 
     from sglang_ddtree.worker.kernels.commit import ddtree_accept_commit_kernel

@@ -31,18 +31,8 @@ from sglang.srt.utils.async_probe import sanitize_nan_logits
 
 def greedy_targets(verify_input, batch, logits_output) -> torch.Tensor:
     """The target's token at every node. Shape: -> [bs, N] int64."""
-    logits = logits_output.next_token_logits
-    sanitize_nan_logits(logits, "verify: target model logits")
-    _apply_penalties(logits, batch.sampling_info, verify_input.draft_token_num)
+    logits = _verify_logits(verify_input, batch, logits_output)
     return torch.argmax(logits, dim=-1).view(len(batch.seq_lens), verify_input.draft_token_num)
-
-
-def sample_tree(verify_input, batch, logits_output) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Target-only tree sampling (T > 0). Shape: -> (predict [bs*N] int32: the token after each
-    accepted node, accept_lens [bs] int32: accepted nodes INCLUDING the root, 1..D+1 (the number of
-    tokens the round emits, ``eagle_sample``'s convention), accept_index [bs, D + 1] int32: flattened
-    rows b * N + row, -1 padded)."""
-    return _sample_target_only(verify_input, batch, logits_output)
 
 
 def joint_filtered_probs(logits: torch.Tensor, temperatures: torch.Tensor, top_ps, top_ks) -> torch.Tensor:
@@ -59,9 +49,12 @@ def joint_filtered_probs(logits: torch.Tensor, temperatures: torch.Tensor, top_p
     return probs
 
 
-def _apply_penalties(logits: torch.Tensor, info, n: int) -> None:
-    """The penalties and logit bias plain decoding applies, repeated over each request's N rows
-    (what ``eagle_sample`` does before sampling)."""
+def _verify_logits(verify_input, batch, logits_output) -> torch.Tensor:
+    """The verify logits [bs*N, V], NaN-checked, with the penalties and logit bias plain decoding
+    applies, repeated over each request's N rows (what ``eagle_sample`` does before sampling); in place."""
+    logits = logits_output.next_token_logits
+    sanitize_nan_logits(logits, "verify: target model logits")
+    info, n = batch.sampling_info, verify_input.draft_token_num
     if info.acc_additive_penalties is not None:
         logits.add_(torch.repeat_interleave(info.acc_additive_penalties, n, dim=0))
     if info.acc_scaling_penalties is not None:
@@ -70,9 +63,14 @@ def _apply_penalties(logits: torch.Tensor, info, n: int) -> None:
         apply_scaling_penalties(logits, torch.repeat_interleave(info.acc_scaling_penalties, n, dim=0))
     if info.logit_bias is not None:
         logits.add_(torch.repeat_interleave(info.logit_bias, n, dim=0))
+    return logits
 
 
-def _sample_target_only(verify_input, batch, logits_output):
+def sample_tree(verify_input, batch, logits_output) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Target-only tree sampling (T > 0). Shape: -> (predict [bs*N] int32: the token after each
+    accepted node, accept_lens [bs] int32: accepted nodes INCLUDING the root, 1..D+1 (the number of
+    tokens the round emits, ``eagle_sample``'s convention), accept_index [bs, D + 1] int32: flattened
+    rows b * N + row, -1 padded)."""
     from sgl_kernel import tree_speculative_sampling_target_only
 
     from sglang.srt.runtime_context import get_server_args
@@ -80,9 +78,7 @@ def _sample_target_only(verify_input, batch, logits_output):
     info = batch.sampling_info
     bs, n = len(batch.seq_lens), verify_input.draft_token_num
     device = batch.device
-    logits = logits_output.next_token_logits
-    sanitize_nan_logits(logits, "verify: target model logits")
-    _apply_penalties(logits, info, n)
+    logits = _verify_logits(verify_input, batch, logits_output)
     probs = joint_filtered_probs(
         logits,
         torch.repeat_interleave(info.temperatures, n, dim=0),

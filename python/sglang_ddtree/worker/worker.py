@@ -122,7 +122,8 @@ class DDTreeWorker(DFlashWorkerV2):
         bs = len(batch.seq_lens)
         prefix = batch.seq_lens
 
-        log_probs, token_ids = self._draft(batch, draft_input, bs)
+        host = self._host_seq_lens(batch, draft_input)
+        log_probs, token_ids = self._draft(batch, draft_input, bs, host)
         if self._draft_oracle is not None:  # TEST ONLY (SGLANG_DDTREE_TEST_DRAFT_ORACLE); eager, no sync
             log_probs, token_ids = self._draft_oracle(draft_input.bonus_tokens, prefix)
         if self.knobs.reverse_draft_ranks:
@@ -135,7 +136,8 @@ class DDTreeWorker(DFlashWorkerV2):
             start_offset=prefix, end_offset=prefix + g.num_verify_tokens, batch_size=bs,
             draft_token_num=g.num_verify_tokens, device=self.device,
         )
-        verify_cpu, verify_sum, prefix_sum = self._host_seq_lens(batch, draft_input, extra=g.num_verify_tokens)
+        verify_cpu, verify_sum = host.plus(g.num_verify_tokens)
+        prefix_sum = host.mask_sum_bound
         n = g.num_verify_tokens
         # prefix_sum bounds sum(prefix) on the host; it sizes the FULL_MASK, which backends index by the
         # device lengths (and pad with True up to their own host bound).
@@ -179,7 +181,7 @@ class DDTreeWorker(DFlashWorkerV2):
             extra_keep_alive_refs=[verify_fb, verify_input, verify_loc],
         )
 
-    def _draft(self, batch, draft_input, bs: int):
+    def _draft(self, batch, draft_input, bs: int, host: "_HostLens"):
         """One DFlash forward over [bonus, mask x (L-1)] -> ([bs, L-1, K] log-probs, [bs, L-1, K] ids)."""
         block = self.geometry.block_size
         self._ensure_draft_block_buffers(bs)
@@ -195,7 +197,7 @@ class DDTreeWorker(DFlashWorkerV2):
         )
         embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
         seq_lens_cpu = self._draft_seq_lens_cpu_buf[:bs]
-        host_cpu, host_sum, _ = self._host_seq_lens(batch, draft_input, extra=block)
+        host_cpu, host_sum = host.plus(block)
         seq_lens_cpu.copy_(host_cpu)
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.TARGET_VERIFY,
@@ -233,27 +235,26 @@ class DDTreeWorker(DFlashWorkerV2):
         )
         return out.logits_output, forward_batch, out.can_run_cuda_graph
 
-    def _host_seq_lens(self, batch, draft_input, *, extra: int):
-        """Host-side lengths for attention planning and mask sizing, without a device sync unless no
-        host-side source exists. Returns (per-request bound of committed length + ``extra`` [bs] int64
-        CPU, its sum, a bound of sum(committed lengths) for sizing the FULL_MASK).
+    def _host_seq_lens(self, batch, draft_input) -> "_HostLens":
+        """Host-side lengths for attention planning and mask sizing, once per round, without a device
+        sync unless no host-side source exists.
         ``batch.seq_lens_cpu`` holds the published lengths (overlap, backends that need them) or the
         synchronous path's; the scheduler's seed may lag by one round's commit (<= W per request),
-        which ``extra`` (>= W) and the mask bound's ``bs * W`` cover."""
+        which the extra slots of ``_HostLens.plus`` (>= W) and the mask bound's ``bs * W`` cover."""
         lag = len(batch.seq_lens) * self.geometry.accept_width
         if batch.seq_lens_cpu is not None:
             committed = batch.seq_lens_cpu.to(torch.int64)
-        elif draft_input.reserved_seq_lens_cpu is not None:  # >= committed + reserve
+        elif draft_input.reserved_seq_lens_cpu is not None:  # >= committed + reserve: already a bound
             bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)
             total = int(bound.sum())
-            return bound, total, total
+            return _HostLens(bound, total, add_extra=False, mask_sum_bound=total)
         else:
             if not self._warned_host_sync:
                 logger.warning("DDTREE: no host-side sequence lengths; syncing once per round.")
                 self._warned_host_sync = True
             committed = batch.seq_lens.to("cpu", dtype=torch.int64)
-        bound = committed + extra
-        return bound, int(bound.sum()), int(committed.sum()) + lag
+        total = int(committed.sum())
+        return _HostLens(committed, total, add_extra=True, mask_sum_bound=total + lag)
 
     def _idle_result(self, on_publish) -> GenerationBatchResult:
         empty_ids = torch.empty((0,), dtype=torch.int64, device=self.device)
@@ -269,3 +270,19 @@ class DDTreeWorker(DFlashWorkerV2):
             speculative_num_draft_tokens=self.geometry.accept_width,
             new_seq_lens=next_draft_input.new_seq_lens,
         )
+
+
+class _HostLens:
+    """One round's host-side lengths: ``plus(extra)`` -> (per-request upper bound of the lengths a forward
+    of ``extra`` new tokens per request reaches [bs] int64 CPU, its sum); ``mask_sum_bound`` bounds
+    sum(committed lengths) for sizing the FULL_MASK."""
+
+    __slots__ = ("base", "base_sum", "add_extra", "mask_sum_bound")
+
+    def __init__(self, base: torch.Tensor, base_sum: int, *, add_extra: bool, mask_sum_bound: int):
+        self.base, self.base_sum, self.add_extra, self.mask_sum_bound = base, base_sum, add_extra, mask_sum_bound
+
+    def plus(self, extra: int):
+        if not self.add_extra:  # the reservation already covers the round's writes
+            return self.base, self.base_sum
+        return self.base + extra, self.base_sum + extra * self.base.numel()

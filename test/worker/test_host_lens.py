@@ -1,0 +1,56 @@
+"""CPU: the decode round's host-side lengths (``DDTreeWorker._host_seq_lens``, computed once per round):
+bounds for the draft (extra = L) and verify (extra = N) forwards and the FULL_MASK sum bound, from each of
+the three host sources, without touching the device lengths unless no host source exists."""
+
+from types import SimpleNamespace
+
+import torch
+
+from sglang_ddtree.worker.geometry import RoundGeometry
+from sglang_ddtree.worker.worker import DDTreeWorker
+
+
+def _worker(budget=64, block=16):
+    w = DDTreeWorker.__new__(DDTreeWorker)  # only the host-length helper is exercised
+    w.geometry, w._warned_host_sync = RoundGeometry(budget=budget, topk=8, block_size=block), False
+    return w
+
+
+class _NoSync:
+    """Device lengths that fail the test if the helper reads them."""
+
+    def __len__(self):
+        return 3
+
+    def to(self, *args, **kwargs):
+        raise AssertionError("read the device lengths although a host source exists")
+
+
+def test_published_lengths_plus_extra():
+    w = _worker()
+    batch = SimpleNamespace(seq_lens=_NoSync(), seq_lens_cpu=torch.tensor([5, 9, 2], dtype=torch.int32))
+    host = w._host_seq_lens(batch, SimpleNamespace(reserved_seq_lens_cpu=None))
+    for extra in (16, 65):
+        bound, total = host.plus(extra)
+        assert bound.dtype == torch.int64 and bound.tolist() == [5 + extra, 9 + extra, 2 + extra]
+        assert total == 16 + 3 * extra
+    assert host.mask_sum_bound == 16 + 3 * w.geometry.accept_width  # lag of one round's commit
+
+
+def test_reserved_lengths_are_already_a_bound():
+    w = _worker()
+    batch = SimpleNamespace(seq_lens=_NoSync(), seq_lens_cpu=None)
+    host = w._host_seq_lens(batch, SimpleNamespace(reserved_seq_lens_cpu=torch.tensor([100, 120, 90])))
+    for extra in (16, 65):
+        bound, total = host.plus(extra)
+        assert bound.tolist() == [100, 120, 90] and total == 310
+    assert host.mask_sum_bound == 310
+
+
+def test_device_lengths_as_last_resort():
+    w = _worker(budget=7, block=16)  # W = 8
+    batch = SimpleNamespace(seq_lens=torch.tensor([4, 6]), seq_lens_cpu=None)
+    host = w._host_seq_lens(batch, SimpleNamespace(reserved_seq_lens_cpu=None))
+    bound, total = host.plus(8)
+    assert bound.tolist() == [12, 14] and total == 26 and host.mask_sum_bound == 10 + 2 * 8
+    assert w._warned_host_sync
