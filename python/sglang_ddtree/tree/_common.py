@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 BACKENDS = ("auto", "triton", "torch")
 
 # How the Triton topology kernel writes the FULL_MASK (all give the same bytes; see topology.py):
-# "fused" one kernel, byte stores (the default, timed on the H200); "fill_then_tree" fill_(True) of the
+# "fused" one kernel, byte stores; "fill_then_tree" fill_(True) of the
 # buffer, then the kernel writes only the tree columns; "wide" one kernel, 16-byte-aligned word stores;
 # "fill_then_wide" fill_(True), then the tree columns as words.
 FULL_MASK_IMPLS = ("fused", "fill_then_tree", "wide", "fill_then_wide")

@@ -57,10 +57,10 @@ def build_verify_topology(
     the compact tree mask N * N bytes per request. Returns :class:`VerifyTopology` (pads: positions
     seq_lens[b], no links, mask rows that see the prefix and themselves). No host sync.
     ``full_mask_impl``: how the Triton path writes the FULL_MASK, one of ``FULL_MASK_IMPLS`` (same bytes
-    in the requests' rows; None: ``$SGLANG_DDTREE_FULL_MASK_IMPL``, else "fused"):
-    "fused" (default) one kernel, byte stores; "fill_then_tree" ``fill_(True)`` of the whole mask
+    in the requests' rows; None: ``$SGLANG_DDTREE_FULL_MASK_IMPL``, else ``DEFAULT_FULL_MASK_IMPL``, "wide"):
+    "fused" one kernel, byte stores; "fill_then_tree" ``fill_(True)`` of the whole mask
     (all ``full_mask_numel`` bytes, the tail past the requests' rows too), then the kernel writes only the
-    tree columns; "wide" one kernel, 16-byte-aligned int32 word stores (16-byte vectors when the buffer
+    tree columns; "wide" (the default) one kernel, 16-byte-aligned int32 word stores (16-byte vectors when the buffer
     is 16-byte aligned) with byte stores for each row part's edges; "fill_then_wide" both. The torch
     backend ignores it.
     """
