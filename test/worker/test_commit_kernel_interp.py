@@ -1,22 +1,26 @@
-"""The fused greedy ACCEPT + COMMIT kernel (``worker/kernels/commit.py``) == its PyTorch path, on CPU
-under the Triton interpreter (small sizes). On CUDA machines the worker GPU tests run it natively.
+"""The fused greedy ACCEPT + COMMIT kernel (``worker/kernels/commit.py``) == its PyTorch path (small sizes):
+natively on CUDA machines (a ``gpu`` test there), else on CPU under the Triton interpreter.
 
-TRITON_INTERPRET only works if set before Triton is first imported, so unless it is already set this
-module re-runs itself in a subprocess with it (like ``test/tree/test_triton_interp.py``).
+TRITON_INTERPRET only works if set before Triton is first imported, so without CUDA, unless it is already
+set, this module re-runs itself in a subprocess with it (like ``test/tree/test_triton_interp.py``).
 """
+
+import dataclasses
 
 import pytest
 import torch
 
 from _interp_rerun import interpreter_active, make_rerun_test
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the GPU tests run the kernel")
-
 _CHILD_ENV = "SGLANG_DDTREE_TEST_COMMIT_INTERP_CHILD"
-if not interpreter_active():
+_CUDA = torch.cuda.is_available()
+if not _CUDA and not interpreter_active():
     test_rerun_in_interpreter_subprocess = make_rerun_test(__file__, _CHILD_ENV)
 
 else:
+    if _CUDA:
+        pytestmark = pytest.mark.gpu
+    DEV = "cuda" if _CUDA else "cpu"
     from sglang_ddtree.tree import build_tree
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.tree_api import fill_root
@@ -45,8 +49,11 @@ else:
                 kids = [r for r in range(1, n) if bool(tree.valid[b, r]) and int(tree.parents[b, r]) == row]
                 if kids and float(torch.rand((), generator=g)) < agree:
                     target[b, row] = tokens[b, kids[int(torch.randint(len(kids), (), generator=g))]]
-        verify_loc = torch.randperm(4 * bs * n, generator=g)[: bs * n].view(bs, n) + 1
-        prefix = torch.randint(0, 50, (bs,), generator=g).to(prefix_dtype)
+        verify_loc = (torch.randperm(4 * bs * n, generator=g)[: bs * n].view(bs, n) + 1).to(DEV)
+        prefix = torch.randint(0, 50, (bs,), generator=g).to(DEV, prefix_dtype)
+        tree = dataclasses.replace(tree, **{f.name: getattr(tree, f.name).to(DEV) for f in dataclasses.fields(tree)
+                                            if isinstance(getattr(tree, f.name), torch.Tensor)})
+        tokens, target = tokens.to(DEV), target.to(DEV)
         want = greedy_accept_commit(tree, tokens, target.to(target_dtype), verify_loc, prefix, width,
                                     backend="torch")
         got = greedy_accept_commit(tree, tokens, target.to(target_dtype), verify_loc, prefix, width,
@@ -54,7 +61,7 @@ else:
         for field in want._fields:
             a, b_ = getattr(got, field), getattr(want, field)
             if field == "ctx_rows":  # rows past accept_len are unspecified
-                live = (torch.arange(width).view(1, width) < want.accept_lens.view(bs, 1).long()).reshape(-1)
+                live = (torch.arange(width, device=DEV).view(1, width) < want.accept_lens.view(bs, 1).long()).reshape(-1)
                 a, b_ = a[live], b_[live]
             assert a.dtype == b_.dtype and a.shape == b_.shape and torch.equal(a, b_), (field, a, b_)
         if agree == 0.0:

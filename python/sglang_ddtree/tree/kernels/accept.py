@@ -9,6 +9,37 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def greedy_walk(tok_ptr, par_ptr, valid_ptr, target_ptr, b, num_rows, stride_target, width,
+                BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Request ``b``'s greedy walk, ``width - 1`` steps deep at most (the accept width W = max depth + 1).
+
+    Returns (rows [BLOCK_W] int64: 0 (the root) then the accepted row at each depth, -1 past the path;
+    n_acc int32: accepted drafts; bonus int64: the target's token at the last accepted row). Shared by
+    ``ddtree_accept_kernel`` and the worker's fused ACCEPT + COMMIT kernel.
+    """
+    idx = tl.arange(0, BLOCK_N)
+    m = idx < num_rows
+    tok = tl.load(tok_ptr + b * num_rows + idx, mask=m, other=-1)
+    par = tl.load(par_ptr + b * num_rows + idx, mask=m, other=-2)
+    ok = tl.load(valid_ptr + b * num_rows + idx, mask=m, other=0) != 0
+    tgt = tl.load(target_ptr + b * stride_target + idx, mask=m, other=-1).to(tl.int64)
+    ws = tl.arange(0, BLOCK_W)
+    rows = tl.where(ws == 0, 0, -1).to(tl.int64)
+    cur = tl.zeros([], dtype=tl.int64)
+    alive = cur == 0
+    n_acc = tl.zeros([], dtype=tl.int32)
+    for s in range(1, width):
+        t = tl.sum(tl.where(idx == cur, tgt, 0), axis=0)
+        hit = (par == cur) & (tok == t) & ok & alive
+        nxt = tl.min(tl.where(hit, idx, BLOCK_N), axis=0).to(tl.int64)
+        alive = nxt < BLOCK_N
+        cur = tl.where(alive, nxt, cur)
+        n_acc += alive.to(tl.int32)
+        rows = tl.where((ws == s) & alive, nxt, rows)
+    return rows, n_acc, tl.sum(tl.where(idx == cur, tgt, 0), axis=0)
+
+
 @triton.jit(do_not_specialize=["num_rows", "max_depth"])
 def ddtree_accept_kernel(
     tok_ptr,  # [bs, N] int64, draft token of each row
@@ -25,25 +56,9 @@ def ddtree_accept_kernel(
     BLOCK_L: tl.constexpr,  # next_pow2(max_depth + 1)
 ):
     b = tl.program_id(0).to(tl.int64)
-    idx = tl.arange(0, BLOCK_N)
-    m = idx < num_rows
-    tok = tl.load(tok_ptr + b * num_rows + idx, mask=m, other=-1)
-    par = tl.load(par_ptr + b * num_rows + idx, mask=m, other=-2)
-    ok = tl.load(valid_ptr + b * num_rows + idx, mask=m, other=0) != 0
-    tgt = tl.load(target_ptr + b * stride_target + idx, mask=m, other=-1).to(tl.int64)
+    accepted, n_acc, bonus = greedy_walk(tok_ptr, par_ptr, valid_ptr, target_ptr, b, num_rows, stride_target,
+                                         max_depth + 1, BLOCK_N, BLOCK_L)
     ls = tl.arange(0, BLOCK_L)
-    accepted = tl.where(ls == 0, 0, -1)
-    cur = tl.zeros([], dtype=tl.int64)
-    alive = cur == 0
-    n_acc = tl.zeros([], dtype=tl.int32)
-    for s in range(1, max_depth + 1):
-        t = tl.sum(tl.where(idx == cur, tgt, 0), axis=0)
-        hit = (par == cur) & (tok == t) & ok & alive
-        nxt = tl.min(tl.where(hit, idx, BLOCK_N), axis=0)
-        alive = nxt < BLOCK_N
-        cur = tl.where(alive, nxt, cur)
-        n_acc += alive.to(tl.int32)
-        accepted = tl.where((ls == s) & alive, nxt, accepted)
     tl.store(accepted_ptr + b * (max_depth + 1) + ls, accepted.to(tl.int32), mask=ls <= max_depth)
     tl.store(accept_len_ptr + b, n_acc)
-    tl.store(bonus_ptr + b, tl.sum(tl.where(idx == cur, tgt, 0), axis=0))
+    tl.store(bonus_ptr + b, bonus)

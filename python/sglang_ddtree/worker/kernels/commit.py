@@ -1,13 +1,15 @@
 """ACCEPT + COMMIT of a greedy DDTree round in one launch: one program per request.
 
-The walk is ``sglang_ddtree.tree.kernels.accept``'s (from the root, take the child whose token is the
-target's token at the current node; stop at the first miss); the same program then writes everything
+The walk is ``sglang_ddtree.tree.kernels.accept.greedy_walk`` (from the root, take the child whose token is
+the target's token at the current node; stop at the first miss); the same program then writes everything
 the round hands back to SGLang (``worker.kv_commit.RoundCommit``), which otherwise takes ~25 small
 PyTorch ops per round on the CPU-bound path.
 """
 
 import triton
 import triton.language as tl
+
+from sglang_ddtree.tree.kernels.accept import greedy_walk
 
 
 @triton.jit(do_not_specialize=["num_rows", "width"])
@@ -35,25 +37,9 @@ def ddtree_accept_commit_kernel(
     BLOCK_W: tl.constexpr,  # next_pow2(W)
 ):
     b = tl.program_id(0).to(tl.int64)
-    idx = tl.arange(0, BLOCK_N)
-    m = idx < num_rows
-    tok = tl.load(tok_ptr + b * num_rows + idx, mask=m, other=-1)
-    par = tl.load(par_ptr + b * num_rows + idx, mask=m, other=-2)
-    ok = tl.load(valid_ptr + b * num_rows + idx, mask=m, other=0) != 0
-    tgt = tl.load(target_ptr + b * stride_target + idx, mask=m, other=-1).to(tl.int64)
+    rows, n_acc, bonus = greedy_walk(tok_ptr, par_ptr, valid_ptr, target_ptr, b, num_rows, stride_target, width,
+                                     BLOCK_N, BLOCK_W)
     ws = tl.arange(0, BLOCK_W)
-    rows = tl.where(ws == 0, 0, -1).to(tl.int64)
-    cur = tl.zeros([], dtype=tl.int64)
-    alive = cur == 0
-    n_acc = tl.zeros([], dtype=tl.int32)
-    for s in range(1, width):
-        t = tl.sum(tl.where(idx == cur, tgt, 0), axis=0)
-        hit = (par == cur) & (tok == t) & ok & alive
-        nxt = tl.min(tl.where(hit, idx, BLOCK_N), axis=0).to(tl.int64)
-        alive = nxt < BLOCK_N
-        cur = tl.where(alive, nxt, cur)
-        n_acc += alive.to(tl.int32)
-        rows = tl.where((ws == s) & alive, nxt, rows)
     a = n_acc + 1
     wm = ws < width
     live = (ws < a) & wm
@@ -71,4 +57,4 @@ def ddtree_accept_commit_kernel(
     tl.store(ctx_pos_ptr + out, p + ws, mask=wm)
     tl.store(accept_len_ptr + b, a)
     tl.store(new_len_ptr + b, p + a.to(tl.int64))
-    tl.store(bonus_ptr + b, tl.sum(tl.where(idx == cur, tgt, 0), axis=0))
+    tl.store(bonus_ptr + b, bonus)
