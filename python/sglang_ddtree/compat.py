@@ -1,37 +1,323 @@
-"""Upstream SGLang symbols sglang-ddtree relies on, in one list the doctor and the tests resolve.
+"""Every upstream SGLang touchpoint of sglang-ddtree, in one list the doctor and the tests resolve.
 
-When the pinned SGLang is bumped, ``python -m sglang_ddtree doctor`` (and ``test/test_compat.py``)
-names every symbol that moved, before anything fails at serving time. Modules that hook or subclass
-an upstream symbol add it here.
+When the pinned SGLang is bumped, ``python -m sglang_ddtree doctor`` (and
+``test/plugin/test_compat_scan.py``) names every symbol that moved, before anything fails at serving
+time. The list holds what we import or hook, the upstream members our subclasses call, override or
+write, the attributes of upstream objects our hooks and the round read, the ``ServerArgs`` fields we
+read or set, and the keyword arguments we pass. The scan test fails on any upstream name the package
+source uses that is missing here (its docstring gives the scan's rules): a module that starts using
+an upstream name adds it here.
+
+Kinds (how ``check_symbol`` checks the last component of ``path``):
+  ATTR      module, or attribute of a module (including ``Class.attr`` chains): imported and resolved.
+  MEMBER    method / property / class attribute / enum member, in the class ``__dict__`` of the owner
+            or an upstream base.
+  INSTANCE  attribute upstream code sets on instances: a ``self.<name> = ...`` in the source of the
+            owner or an upstream base, a dataclass / struct field, or a member.
+  FIELD     a dataclass (or msgspec struct) field of the owner (``ServerArgs``, spec-info classes).
+  PARAMS    ``callable(a, b)``: each name is a parameter of the callable's signature (the keyword
+            arguments we pass, or the positional ones whose order we rely on).
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import enum
+import functools
 import importlib
-from typing import List, Tuple
+import importlib.util
+import inspect
+import textwrap
+from typing import Dict, List, NamedTuple, Set, Tuple
 
-from sglang_ddtree.worker import hooks as _worker_hooks
+ATTR, MEMBER, INSTANCE, FIELD, PARAMS = "attr", "member", "instance", "field", "params"
+KINDS = (ATTR, MEMBER, INSTANCE, FIELD, PARAMS)
 
-# (dotted path, what we use it for)
-UPSTREAM_SYMBOLS: Tuple[Tuple[str, str], ...] = (
-    ("sglang.srt.plugins.load_plugins", "plugin loading"),
-    ("sglang.srt.plugins.hook_registry.HookRegistry", "installing hooks"),
-    ("sglang.srt.speculative.spec_info.SpeculativeAlgorithm.register", "registering DDTREE"),
-    ("sglang.srt.speculative.spec_registry.CustomSpecAlgo", "base class of DDTreeSpecAlgo"),
-    ("sglang.srt.speculative.spec_registry.get_spec", "idempotent registration"),
-    ("sglang.srt.server_args.ServerArgs", "REPLACE hook adding the DDTREE flags"),
-    ("sglang.srt.server_args.prepare_server_args", "CLI parsing of the flags"),
-    ("sglang.srt.entrypoints.engine.Engine.server_args_class", "REPLACE hook for sglang.Engine kwargs"),
-    ("sglang.srt.arg_groups.arg_utils.Arg", "flag declarations"),
-    ("sglang.srt.arg_groups.speculative_hook._handle_dflash", "drafter block size / draft backend"),
-    ("sglang.srt.arg_groups.overrides.resolved_view", "reading resolved attention backends"),
-    ("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
-    ("sglang.srt.managers.overlap_utils.FutureMap", "DDTreeSpecAlgo.create_future_map"),
-    ("sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2", "base class of the DDTREE worker"),
-    ("sglang.srt.utils.async_probe.sanitize_nan_logits", "verify logits check (worker.sampling)"),
-    ("sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties", "penalties at T > 0 (worker.sampling)"),
-    ("sglang.srt.runtime_context.get_server_args", "per-request checks, accept thresholds at T > 0"),
-) + tuple((target, "worker hook (sglang_ddtree.worker.hooks)") for target in _worker_hooks.HOOK_TARGETS)
+
+class Symbol(NamedTuple):
+    path: str  # dotted upstream path; PARAMS: "dotted.callable(name, name)"
+    purpose: str  # what we use it for (and where)
+    kind: str = ATTR
+
+
+def _on(owner: str, kind: str, **purposes: str) -> Tuple[Symbol, ...]:
+    """One Symbol per ``name=purpose`` on ``owner`` (a dotted class path)."""
+    return tuple(Symbol(f"{owner}.{name}", purpose, kind) for name, purpose in purposes.items())
+
+
+def _params(callable_path: str, names: str, purpose: str) -> Symbol:
+    return Symbol(f"{callable_path}({names})", purpose, PARAMS)
+
+
+# Upstream paths several entries share.
+_SERVER_ARGS = "sglang.srt.server_args.ServerArgs"
+_WORKER = "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2"
+_DRAFT_INPUT = "sglang.srt.speculative.dflash_info_v2.DFlashDraftInputV2"
+_VERIFY_INPUT = "sglang.srt.speculative.dflash_info.DFlashVerifyInput"
+_BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
+_REQ = "sglang.srt.managers.schedule_batch.Req"
+_REPORTER = "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter"
+_MODEL_RUNNER = "sglang.srt.model_executor.model_runner.ModelRunner"
+_GRAPH_RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner"
+_SAMPLING_INFO = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo"
+_SAMPLING_PARAMS = "sglang.srt.sampling.sampling_params.SamplingParams"
+_SPEC_ALGO = "sglang.srt.speculative.spec_info.SpeculativeAlgorithm"
+_FORWARD_INFO = "sglang.srt.model_executor.forward_batch_info"
+_GROUP = "sglang.srt.distributed.parallel_state.GroupCoordinator"
+_VOCAB = "sglang.srt.layers.vocab_parallel_embedding"
+
+UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
+    # ---- sglang.srt.plugins: entry point and hooks ----------------------------------------------------
+    Symbol("sglang.srt.plugins", "its name is the entry-point group load_plugins reads (doctor)"),
+    Symbol("sglang.srt.plugins.load_plugins", "plugin loading (calls plugin.register, applies the hooks)"),
+    Symbol("sglang.srt.plugins.hook_registry.HookRegistry", "installing hooks (plugin, worker.hooks)"),
+    *_on("sglang.srt.plugins.hook_registry.HookRegistry", MEMBER, register="HookRegistry.register(target, hook, type)"),
+    Symbol("sglang.srt.plugins.hook_registry.HookType", "hook kinds"),
+    *_on("sglang.srt.plugins.hook_registry.HookType", MEMBER,
+         AROUND="worker hooks, prepare_server_args one-line errors", REPLACE="ServerArgs class replacement"),
+    # ---- sglang.srt.speculative.spec_info / spec_registry: the DDTREE algorithm -------------------------
+    Symbol(_SPEC_ALGO, "registering DDTREE; the draft forward's spec_algorithm"),
+    *_on(_SPEC_ALGO, MEMBER,
+         register="SpeculativeAlgorithm.register(name, supports_overlap=, spec_class=)(worker_factory)",
+         DFLASH="draft forward's spec_algorithm (worker._draft)",
+         need_topk="scheduler calls it on every algorithm; DDTreeSpecAlgo implements it",
+         carries_draft_hidden_states="scheduler calls it on every algorithm; DDTreeSpecAlgo implements it",
+         create_future_map="scheduler calls it on every algorithm; DDTreeSpecAlgo implements it"),
+    _params(f"{_SPEC_ALGO}.register", "supports_overlap, spec_class", "plugin.register"),
+    Symbol("sglang.srt.speculative.spec_info.create_dummy_verify_input", "worker hook: capture dummy with tree mask"),
+    Symbol("sglang.srt.speculative.spec_registry.CustomSpecAlgo", "base class of DDTreeSpecAlgo"),
+    *_on("sglang.srt.speculative.spec_registry.CustomSpecAlgo", MEMBER,
+         is_dflash_family="overridden: DDTREE's drafter is DFLASH's",
+         supports_target_verify_for_draft="overridden: draft runner captures target-verify graphs",
+         has_draft_kv="overridden: the drafter has its own KV",
+         handle_server_args="overridden: DDTREE validation (validation.handle_ddtree_server_args)"),
+    *_on("sglang.srt.speculative.spec_registry.CustomSpecAlgo", INSTANCE, name="DDTreeSpecAlgo.__repr__, is_ddtree"),
+    Symbol("sglang.srt.speculative.spec_registry.get_spec", "idempotent registration"),
+    Symbol("sglang.srt.managers.overlap_utils.FutureMap", "DDTreeSpecAlgo.create_future_map"),
+    _params("sglang.srt.managers.overlap_utils.FutureMap",
+            "device, spec_algo, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay",
+            "positional order of DDTreeSpecAlgo.create_future_map's call"),
+    # ---- sglang.srt.server_args / arg_groups / entrypoints: the flags ---------------------------------
+    Symbol(_SERVER_ARGS, "base class of DDTreeServerArgs; REPLACE hook target"),
+    *_on(_SERVER_ARGS, MEMBER,
+         __post_init__="overridden: DDTreeServerArgs records the requested backends first",
+         get_model_config="validation reads the target's HF config",
+         override="worker.draft_view: scoped width override of the drafter's copy",
+         max_speculative_num_draft_tokens="cached value worker.draft_view drops from the drafter's copy"),
+    *_on(_SERVER_ARGS, FIELD,
+         speculative_algorithm="is this DDTREE (config.is_ddtree, DDTreeServerArgs)",
+         speculative_draft_model_path="validation (drafter check), draft block size",
+         speculative_num_draft_tokens="set to budget + 1 (validation); drafter's copy gets L (draft_view)",
+         speculative_num_steps="set to 1 (validation); upstream accept fragment (metrics)",
+         speculative_eagle_topk="set to topk (validation); drafter's copy gets 1 (draft_view)",
+         speculative_dflash_block_size="set to L (validation); read by DDTreeConfig",
+         speculative_draft_window_size="refused (validation)",
+         speculative_adaptive="refused (validation)",
+         speculative_accept_threshold_single="tree sampling threshold (worker.sampling)",
+         speculative_accept_threshold_acc="tree sampling threshold (worker.sampling)",
+         attention_backend="requested / default backend (DDTreeServerArgs, validation)",
+         prefill_attention_backend="requested backend (DDTreeServerArgs, validation)",
+         decode_attention_backend="requested backend (DDTreeServerArgs, validation)",
+         device="CUDA only (validation)",
+         pp_size="must be 1 (validation)",
+         page_size="must be 1 (validation)",
+         enable_dp_attention="refused (validation, through resolved_view)",
+         disaggregation_mode="refused (validation)",
+         cuda_graph_config="draft CUDA-graph batch sizes (worker._maybe_build_draft_sampler)"),
+    *_on("sglang.srt.model_executor.cuda_graph_config.CudaGraphConfig", FIELD,
+         decode="server_args.cuda_graph_config.decode.bs (worker)"),
+    *_on("sglang.srt.model_executor.cuda_graph_config.PhaseConfig", FIELD,
+         bs="captured decode batch sizes (worker)"),
+    Symbol("sglang.srt.server_args.prepare_server_args", "CLI parsing of the flags; AROUND hook for one-line errors"),
+    _params("sglang.srt.server_args.prepare_server_args", "argv", "the AROUND hook calls original(argv)"),
+    Symbol("sglang.srt.entrypoints.engine.Engine.server_args_class", "REPLACE hook for sglang.Engine kwargs"),
+    Symbol("sglang.srt.arg_groups.arg_utils.A", "flag declarations (Annotated alias)"),
+    Symbol("sglang.srt.arg_groups.arg_utils.Arg", "flag declarations"),
+    _params("sglang.srt.arg_groups.arg_utils.Arg", "help", "flag help text"),
+    Symbol("sglang.srt.arg_groups.speculative_hook._handle_dflash", "drafter block size / draft backend"),
+    Symbol("sglang.srt.arg_groups.overrides.resolved_view", "reading resolved attention backends / dp attention"),
+    Symbol("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
+    Symbol("sglang.srt.runtime_context.get_server_args", "per-request checks, KV reserve, tree-sampling thresholds"),
+    # ---- sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2: base of DDTreeWorker -------------------
+    Symbol(_WORKER, "base class of the DDTREE worker"),
+    _params(f"{_WORKER}.__init__", "server_args, gpu_id, ps, nccl_port, target_worker",
+            "super().__init__ positional order"),
+    *_on(_WORKER, MEMBER,
+         __init__="super().__init__ with the drafter's view of the server args",
+         forward_batch_generation="overridden: decode rounds are DDTree's; super() for prefill",
+         target_worker="target model worker (property)",
+         _maybe_build_draft_sampler="overridden: folds the top-K head into the draft CUDA graph",
+         _make_next_draft_input_prefill="overridden: DDTreeDraftInput after prefill",
+         _make_next_draft_input_decode="overridden: DDTreeDraftInput after decode",
+         _ensure_draft_block_buffers="allocates the draft block buffers below (worker._draft)",
+         _append_target_hidden_to_draft_kv_by_loc="writes the accepted path's hidden states into the draft KV"),
+    _params(f"{_WORKER}._append_target_hidden_to_draft_kv_by_loc",
+            "target_hidden, cache_loc, positions, cache_loc_2d, commit_lens", "COMMIT step (worker)"),
+    *_on(_WORKER, INSTANCE,
+         server_args="set back to the target's args after super().__init__",
+         ps="parallel state (tp_rank for logging)",
+         device="the worker's device",
+         model_runner="target model runner (req_to_token, KV moves)",
+         draft_model_runner="draft forward (worker._draft)",
+         block_size="drafter block size L, checked against DDTreeConfig",
+         use_compact_draft_cache="refused: draft window size",
+         _mask_token_id="mask token of the draft block",
+         _draft_sampler="CUDA-graph top-K head set by upstream from _maybe_build_draft_sampler",
+         _draft_block_spec_info="spec info of the draft block forward",
+         _draft_block_ids_buf="[cap_bs, L] draft block token ids",
+         _draft_block_positions_buf="[cap_bs, L] draft block positions",
+         _draft_verify_out_cache_loc_buf="[cap_bs, L] draft block KV slots",
+         _draft_seq_lens_cpu_buf="[cap_bs] host draft seq lens"),
+    # ---- sglang.srt.speculative.dflash_info_v2 / dflash_info: the SpecInput dataclasses ---------------
+    Symbol(_DRAFT_INPUT, "base class of DDTreeDraftInput"),
+    *_on(_DRAFT_INPUT, MEMBER,
+         create_idle_input="idle-batch draft input (worker)",
+         prepare_for_decode="overridden: DDTree's KV reservation",
+         _ensure_prepare_length_buffers="allocates the _prepare_* buffers below (info.prepare_for_decode)"),
+    *_on(_DRAFT_INPUT, FIELD,
+         topk_p="empty (make_draft_input)", topk_index="empty (make_draft_input)",
+         hidden_states="empty (make_draft_input)", bonus_tokens="the next round's roots",
+         new_seq_lens="committed lengths after the round",
+         max_top_k="set per round (prepare_for_decode)", uniform_top_k_value="set per round (prepare_for_decode)",
+         reserved_seq_lens_cpu="host bound of the reservation (prepare_for_decode, worker)",
+         reserved_seq_lens_sum="its sum (prepare_for_decode)"),
+    *_on(_DRAFT_INPUT, INSTANCE,
+         _prepare_batch_seq_lens_cpu_buf="[cap_bs] host committed lengths",
+         _prepare_cur_kv_lens_cpu_buf="[cap_bs] host allocated lengths",
+         _prepare_nxt_kv_lens_cpu_buf="[cap_bs] host reserved lengths",
+         _prepare_cur_kv_lens_gpu_buf="[cap_bs] device allocated lengths",
+         _prepare_nxt_kv_lens_gpu_buf="[cap_bs] device reserved lengths"),
+    Symbol(_VERIFY_INPUT, "base class of DDTreeVerifyInput"),
+    *_on(_VERIFY_INPUT, MEMBER, prepare_for_verify="builds the verify ForwardBatch (worker._verify)"),
+    _params(f"{_VERIFY_INPUT}.prepare_for_verify", "batch, target_worker", "positional order (worker._verify)"),
+    *_on(_VERIFY_INPUT, FIELD,
+         draft_token="[bs*N] tree tokens", positions="[bs*N] tree positions", draft_token_num="N",
+         topk="K", custom_mask="FULL_MASK tree mask", capture_hidden_mode="FULL (aux hidden states)"),
+    Symbol("sglang.srt.speculative.dflash_utils.validate_dflash_request", "worker hook: per-request refusals"),
+    Symbol("sglang.kernels.ops.speculative.cache_locs.assign_extend_cache_locs_func", "verify KV slots (worker)"),
+    _params("sglang.kernels.ops.speculative.cache_locs.assign_extend_cache_locs_func",
+            "req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num, device",
+            "verify KV slots (worker)"),
+    Symbol("sglang.kernels.ops.speculative.dflash._prepare_dflash_draft_block_unchecked", "draft block (worker)"),
+    _params("sglang.kernels.ops.speculative.dflash._prepare_dflash_draft_block_unchecked",
+            "bonus_tokens, prefix_lens, req_pool_indices, req_to_token, block_ids_out, positions_out, "
+            "cache_loc_out, mask_token_id", "draft block inputs (worker)"),
+    # ---- sglang.srt.managers: batch, requests, results, scheduler metrics -----------------------------
+    *_on(_BATCH, MEMBER, batch_size="prepare_for_decode"),
+    *_on(_BATCH, FIELD,
+         reqs="prepare_for_decode", req_pool_indices="KV slots", req_to_token_pool="row width, KV slots",
+         tree_cache="alloc_for_spec_decode", device="buffers", seq_lens="committed lengths [bs]",
+         seq_lens_cpu="host committed lengths (set by prepare_for_decode; swapped around the verify)",
+         seq_lens_sum="their sum (same)", out_cache_loc="verify KV slots", spec_info="draft state",
+         spec_algorithm="is this DDTREE (metrics)", forward_mode="decode / extend / idle",
+         is_extend_in_batch="prefill goes to upstream", sampling_info="temperatures, penalties",
+         return_logprob="asserted off"),
+    *_on(_REQ, INSTANCE,
+         kv_committed_len="committed KV length (prepare_for_decode)", kv="allocation info",
+         sampling_params="top_k (prepare_for_decode), request checks",
+         return_logprob="refused per request", return_hidden_states="refused per request",
+         custom_logit_processor="refused per request"),
+    *_on("sglang.srt.managers.schedule_batch.ReqKvInfo", FIELD, kv_allocated_len="allocated KV length"),
+    Symbol("sglang.srt.managers.scheduler.GenerationBatchResult", "the round's result (worker)"),
+    _params("sglang.srt.managers.scheduler.GenerationBatchResult",
+            "logits_output, next_token_ids, accept_lens, can_run_cuda_graph, next_draft_input, "
+            "speculative_num_draft_tokens, new_seq_lens, extra_keep_alive_refs", "the round's result (worker)"),
+    *_on("sglang.srt.managers.scheduler.GenerationBatchResult", FIELD,
+         num_correct_drafts_per_req_cpu="host accept counts (metrics)"),
+    *_on("sglang.srt.managers.scheduler.Scheduler", INSTANCE, server_args="reporter.scheduler.server_args (metrics)"),
+    Symbol("sglang.srt.managers.scheduler_components.batch_result_processor."
+           "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", "worker hook: accept-length histogram"),
+    *_on("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor", INSTANCE,
+         metrics_reporter="where the histogram lives (metrics)", server_args="DDTreeConfig (metrics)"),
+    Symbol("sglang.srt.managers.scheduler_components.metrics_reporter", "its logger writes the decode line (metrics)"),
+    Symbol(f"{_REPORTER}.report_decode_stats", "worker hook: DDTREE decode log line"),
+    *_on(_REPORTER, INSTANCE,
+         is_stats_logging_rank="logs on this rank", current_scheduler_metrics_enabled="exports on this rank",
+         forward_ct_decode="decode-log step", decode_log_interval="decode-log step", scheduler="its server_args",
+         spec_num_accept_tokens="interval accept tokens", spec_num_forward_ct="interval rounds",
+         stats="spec_accept_rate gauge value", metrics_collector="/metrics"),
+    *_on("sglang.srt.observability.metrics_collector.SchedulerStats", FIELD, spec_accept_rate="depth rate (metrics)"),
+    *_on("sglang.srt.observability.metrics_collector.SchedulerMetricsCollector", INSTANCE,
+         labels="prometheus labels", spec_accept_rate="sglang:spec_accept_rate gauge"),
+    Symbol("sglang.srt.managers.tokenizer_manager.TokenizerManager._calculate_spec_decoding_metrics",
+           "worker hook: per-request accept rate"),
+    *_on("sglang.srt.managers.tokenizer_manager.TokenizerManager", INSTANCE, server_args="is this DDTREE (metrics)"),
+    # ---- sglang.srt.mem_cache: KV allocation and sizing ------------------------------------------------
+    Symbol("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", "KV reservation (info.prepare_for_decode)"),
+    _params("sglang.srt.mem_cache.allocation.alloc_for_spec_decode",
+            "tree_cache, req_to_token_pool, reqs, req_pool_indices, cur_kv_lens, cur_kv_lens_cpu, nxt_kv_lens, "
+            "nxt_kv_lens_cpu, num_needed_tokens, batch", "KV reservation (info.prepare_for_decode)"),
+    Symbol("sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode", "worker hook: KV sizing"),
+    Symbol("sglang.srt.mem_cache.allocation_sizing.get_req_to_token_extra_context_len", "worker hook: row headroom"),
+    *_on("sglang.srt.mem_cache.memory_pool.ReqToTokenPool", INSTANCE, req_to_token="[rows, width] KV slots"),
+    *_on("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool", MEMBER, move_kv_cache="COMMIT: target KV moves"),
+    # ---- sglang.srt.model_executor: forward batch, runners, outputs ------------------------------------
+    Symbol(f"{_FORWARD_INFO}.ForwardBatch", "the draft block forward (worker._draft)"),
+    _params(f"{_FORWARD_INFO}.ForwardBatch",
+            "forward_mode, batch_size, input_ids, req_pool_indices, seq_lens, out_cache_loc, seq_lens_sum, "
+            "seq_lens_cpu, positions, input_embeds, spec_algorithm, spec_info, capture_hidden_mode",
+            "the draft block forward (worker._draft)"),
+    Symbol(f"{_FORWARD_INFO}.ForwardMode", "forward modes"),
+    *_on(f"{_FORWARD_INFO}.ForwardMode", MEMBER,
+         TARGET_VERIFY="the draft block forward", is_extend="prefill goes to upstream", is_idle="idle batches"),
+    Symbol(f"{_FORWARD_INFO}.CaptureHiddenMode", "hidden-state capture modes"),
+    *_on(f"{_FORWARD_INFO}.CaptureHiddenMode", MEMBER, FULL="verify captures the target's hidden states",
+         NULL="draft forward captures none"),
+    *_on(_MODEL_RUNNER, MEMBER, forward="the draft block forward (worker._draft)"),
+    *_on(_MODEL_RUNNER, INSTANCE,
+         req_to_token_pool="KV slots", token_to_kv_pool="KV moves", model="target LM head / embeddings",
+         model_config="vocab size, Mamba check", is_draft_worker="hooks: the draft runner keeps upstream's dummy",
+         spec_algorithm="hooks: is this DDTREE", server_args="hooks: DDTreeConfig"),
+    *_on("sglang.srt.configs.model_config.ModelConfig", INSTANCE, hf_config="validation: hybrid check"),
+    *_on("sglang.srt.model_executor.model_runner.ModelRunnerOutput", FIELD,
+         logits_output="draft hidden states", can_run_graph="the top-K head ran in the graph"),
+    *_on("sglang.srt.managers.tp_worker.TpModelWorker", MEMBER,
+         model_runner="target model runner", forward_batch_generation="the verify forward (worker._verify)"),
+    _params("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
+            "batch, forward_batch, is_verify, skip_attn_backend_init", "the verify forward (worker._verify)"),
+    *_on("sglang.srt.layers.logits_processor.LogitsProcessorOutput", FIELD,
+         next_token_logits="verify logits (sampling)", hidden_states="target hidden states for the draft KV"),
+    Symbol(f"{_GRAPH_RUNNER}.get_spec_info", "worker hook: capture dummy with the tree mask"),
+    *_on(_GRAPH_RUNNER, INSTANCE,
+         model_runner="hooks: which runner", captured_req_width="hooks: tokens per request",
+         buffers="hooks: the mask buffer"),
+    *_on("sglang.srt.model_executor.runner_utils.buffers.DecodeInputBuffers", FIELD, custom_mask="tree mask buffer"),
+    Symbol("sglang.srt.configs.hybrid_arch.mambaish_config", "refusing hybrid targets (worker)"),
+    # ---- sglang.srt.distributed / layers: tensor parallelism and the LM head --------------------------
+    Symbol("sglang.srt.distributed.get_tp_group", "vocab-parallel top-K head, TP broadcast of the acceptance"),
+    *_on(_GROUP, INSTANCE, world_size="tp size"),
+    *_on(_GROUP, MEMBER, broadcast="rank 0's tree sampling (sampling)",
+         all_gather_into_tensor="top-K shards (draft_head)"),
+    *_on(f"{_VOCAB}.VocabParallelEmbedding", INSTANCE, shard_indices="vocab shard of the LM head (draft_head)"),
+    *_on(f"{_VOCAB}.VocabParallelEmbeddingShardIndices", FIELD, org_vocab_start_index="first token id of the shard"),
+    *_on(f"{_VOCAB}.VocabParallelEmbeddingShardIndices", MEMBER,
+         num_org_elements="shard size (draft_head)", num_added_elements="added vocab: head refused (draft_head)"),
+    # ---- sglang.srt.sampling / utils: the ACCEPT step ---------------------------------------------------
+    *_on(_SAMPLING_INFO, FIELD,
+         is_all_greedy="greedy or tree sampling", temperatures="tree sampling", top_ps="tree sampling",
+         top_ks="tree sampling", need_top_p_sampling="tree sampling", need_top_k_sampling="tree sampling",
+         acc_additive_penalties="verify logits", acc_scaling_penalties="verify logits", logit_bias="verify logits"),
+    *_on(_SAMPLING_PARAMS, FIELD,
+         top_k="greedy / top-k (request checks, prepare_for_decode)", min_p="refused when sampling",
+         json_schema="refused", regex="refused", ebnf="refused", structural_tag="refused"),
+    Symbol("sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties", "penalties (sampling)"),
+    Symbol("sglang.srt.utils.async_probe.sanitize_nan_logits", "verify logits NaN check (sampling)"),
+    # ---- sgl_kernel (CUDA-only wheel) -----------------------------------------------------------------
+    Symbol("sgl_kernel.tree_speculative_sampling_target_only", "tree sampling at T > 0 (sampling)"),
+    _params("sgl_kernel.tree_speculative_sampling_target_only",
+            "predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token, "
+            "retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs, "
+            "threshold_single, threshold_acc, deterministic", "tree sampling at T > 0 (sampling)"),
+    Symbol("sgl_kernel.top_k_renorm_prob", "plain decoding's joint filter (sampling)"),
+    Symbol("sgl_kernel.top_p_renorm_prob", "plain decoding's joint filter (sampling)"),
+)
+
+
+# ---- resolving ------------------------------------------------------------------------------------
+def symbols() -> List[Symbol]:
+    """``UPSTREAM_SYMBOLS`` as Symbols (a plain ``(path, purpose)`` tuple is an ATTR entry)."""
+    return [Symbol(*entry) for entry in UPSTREAM_SYMBOLS]
 
 
 def resolve(path: str):
@@ -50,12 +336,127 @@ def resolve(path: str):
     raise ImportError(f"no importable module in {path!r}")
 
 
+def _upstream_mro(cls) -> List[type]:
+    """``cls`` and its bases without ours (a REPLACE hook may have put our subclass in upstream's place)
+    and without ``object``."""
+    if not isinstance(cls, type):
+        raise TypeError(f"{cls!r} is not a class")
+    return [k for k in cls.__mro__ if k is not object and not k.__module__.startswith("sglang_ddtree")]
+
+
+def _field_names(cls) -> Set[str]:
+    names: Set[str] = set()
+    for k in _upstream_mro(cls):
+        if dataclasses.is_dataclass(k):
+            names.update(f.name for f in dataclasses.fields(k))
+        struct_fields = getattr(k, "__struct_fields__", None)  # msgspec.Struct subclasses (a tuple)
+        if isinstance(struct_fields, tuple):
+            names.update(struct_fields)
+    return names
+
+
+def _is_member(cls, name: str) -> bool:
+    return any(name in k.__dict__ for k in _upstream_mro(cls)) or (
+        isinstance(cls, enum.EnumMeta) and name in cls.__members__)
+
+
+@functools.lru_cache(maxsize=None)
+def _self_assigned(cls) -> frozenset:
+    """Names the source of ``cls`` assigns on ``self`` (``self.<name> = ...``, ``setattr(self, "<name>", ...)``)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return frozenset()
+    names = set()
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        for t in targets:
+            for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                    names.add(e.attr)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
+                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            names.add(node.args[1].value)
+    return frozenset(names)
+
+
+def _assigned_on_self(cls, name: str) -> bool:
+    return any(name in _self_assigned(k) for k in _upstream_mro(cls))
+
+
+def upstream_has(cls, name: str) -> bool:
+    """Whether upstream class ``cls`` (or an upstream base) has ``name`` on its instances: a member, a
+    field, or an attribute its code assigns on ``self``."""
+    return _is_member(cls, name) or name in _field_names(cls) or _assigned_on_self(cls, name)
+
+
+def _split_params(path: str) -> Tuple[str, List[str]]:
+    callee, _, rest = path.partition("(")
+    return callee, [n.strip() for n in rest.rstrip(")").split(",") if n.strip()]
+
+
+def check_symbol(sym: Symbol) -> None:
+    """Raise (ImportError, AttributeError, TypeError, ...) unless ``sym`` resolves in this environment."""
+    if sym.kind == ATTR:
+        resolve(sym.path)
+        return
+    if sym.kind == PARAMS:
+        callee, names = _split_params(sym.path)
+        params = inspect.signature(resolve(callee)).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return
+        missing = [n for n in names if n not in params]
+        if missing:
+            raise TypeError(f"{callee} has no parameter {', '.join(missing)}")
+        return
+    owner_path, _, name = sym.path.rpartition(".")
+    owner = resolve(owner_path)
+    has = {MEMBER: _is_member, FIELD: lambda c, n: n in _field_names(c), INSTANCE: upstream_has}[sym.kind]
+    if not has(owner, name):
+        what = {MEMBER: "member", FIELD: "field", INSTANCE: "instance attribute"}[sym.kind]
+        raise AttributeError(f"{owner_path} has no {what} {name!r}")
+
+
+# Packages with their own doctor check whose symbols are not checked where the package is absent.
+OWN_CHECK_PACKAGES = {"sgl_kernel": "sgl_kernel is not installed (a CUDA-only wheel; see the sgl-kernel check)"}
+
+
+def _absent_package(sym: Symbol) -> str:
+    """Why ``sym`` is not checked here ('' when it is): its package has its own check and is absent."""
+    top = sym.path.split(".")[0]
+    if top in OWN_CHECK_PACKAGES and importlib.util.find_spec(top) is None:
+        return OWN_CHECK_PACKAGES[top]
+    return ""
+
+
+def unchecked_upstream_symbols() -> List[Tuple[str, str, str]]:
+    """(path, purpose, reason) of the symbols not checked in this environment (``OWN_CHECK_PACKAGES``)."""
+    out = []
+    for sym in symbols():
+        reason = _absent_package(sym)
+        if reason:
+            out.append((sym.path, sym.purpose, reason))
+    return out
+
+
 def missing_upstream_symbols() -> List[Tuple[str, str, str]]:
-    """(path, purpose, error) for every upstream symbol that does not resolve in this environment."""
+    """(path, purpose, error) for every upstream symbol that does not resolve in this environment
+    (symbols of a package that is not installed at all: see ``unchecked_upstream_symbols``)."""
     missing = []
-    for path, purpose in UPSTREAM_SYMBOLS:
+    for sym in symbols():
+        if _absent_package(sym):
+            continue
         try:
-            resolve(path)
+            check_symbol(sym)
         except Exception as e:  # report every failure kind: missing module, attribute, broken import
-            missing.append((path, purpose, f"{type(e).__name__}: {e}"))
+            missing.append((sym.path, sym.purpose, f"{type(e).__name__}: {e}"))
     return missing
+
+
+def counts_by_kind() -> Dict[str, int]:
+    counts = dict.fromkeys(KINDS, 0)
+    for sym in symbols():
+        counts[sym.kind] += 1
+    return counts
