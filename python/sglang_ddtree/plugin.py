@@ -67,7 +67,7 @@ def register() -> None:
     from sglang.srt.speculative.spec_registry import get_spec
 
     from sglang_ddtree.algorithm import DDTreeSpecAlgo, worker_factory
-    from sglang_ddtree.server_args import DDTreeServerArgs
+    from sglang_ddtree.server_args import DDTreeServerArgs, prepare_server_args_one_line_errors
 
     if get_spec(ALGORITHM_NAME) is None:
         SpeculativeAlgorithm.register(ALGORITHM_NAME, supports_overlap=True, spec_class=DDTreeSpecAlgo)(
@@ -78,6 +78,8 @@ def register() -> None:
         "sglang.srt.entrypoints.engine.Engine.server_args_class",
     ):
         HookRegistry.register(target, DDTreeServerArgs, HookType.REPLACE)
+    HookRegistry.register("sglang.srt.server_args.prepare_server_args", prepare_server_args_one_line_errors,
+                          HookType.AROUND)
     from sglang_ddtree.worker.hooks import install_hooks
 
     install_hooks()  # CUDA-graph capture with a tree mask, KV sizing, metrics, per-request checks

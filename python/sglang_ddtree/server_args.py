@@ -12,27 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from typing import Optional
 
 from sglang.srt.arg_groups.arg_utils import A, Arg
 from sglang.srt.server_args import ServerArgs
 
+from sglang_ddtree.backends import DEFAULT_TARGET_ATTENTION_BACKEND, TESTED_TARGET_ATTENTION_BACKENDS
 from sglang_ddtree.config import (
-    ALGORITHM_NAME,
     DEFAULT_BUDGET,
     DEFAULT_TOPK,
+    DDTreeArgumentError,
     MAX_BUDGET,
     MAX_TOPK,
     MIN_BUDGET,
     MIN_TOPK,
+    is_ddtree,
 )
 
 logger = logging.getLogger(__name__)
-
-# Target attention backends whose tree-mask verify path has been tested with DDTREE on a GPU.
-TESTED_TARGET_ATTENTION_BACKENDS = ("triton", "flashinfer")
-# Chosen for the target when the user names no attention backend at all.
-DEFAULT_TARGET_ATTENTION_BACKEND = "triton"
 
 # NOTE: keep no module-level alias of the upstream class beyond the base-class reference below:
 # the hook registry rebinds every module attribute that points at the original ServerArgs.
@@ -61,8 +59,8 @@ class DDTreeServerArgs(ServerArgs):
     ] = None
 
     def __post_init__(self):
-        if _is_ddtree(self.speculative_algorithm):
-            self._ddtree_prepare_attention_backend()
+        if is_ddtree(self.speculative_algorithm):
+            self._ddtree_early_checks()
         else:
             for flag, value in (("--speculative-ddtree-budget", self.speculative_ddtree_budget),
                                 ("--speculative-ddtree-topk", self.speculative_ddtree_topk)):
@@ -70,11 +68,17 @@ class DDTreeServerArgs(ServerArgs):
                     logger.warning("%s=%s has no effect without --speculative-algorithm DDTREE.", flag, value)
         super().__post_init__()
 
-    def _ddtree_prepare_attention_backend(self) -> None:
-        """Record which attention backends the user asked for (upstream fills in a platform default
-        before speculative validation runs, after which "asked for fa3" and "got fa3 by default"
-        look the same), and pick a tested tree-verify backend when none was named."""
+    def _ddtree_early_checks(self) -> None:
+        """What must run before upstream's own ``__post_init__``: the drafter path check (upstream reads
+        the drafter's config first and would fail with an unrelated Hugging Face error), and the
+        attention backends. Records which backends the user asked for (upstream fills in a platform
+        default before speculative validation runs, after which "asked for fa3" and "got fa3 by default"
+        look the same), and picks a tested tree-verify backend when none was named."""
+        from sglang_ddtree.drafter import check_dflash_drafter
         from sglang_ddtree.validation import reject_unsupported_requested_backends
+
+        if self.speculative_draft_model_path is not None:
+            check_dflash_drafter(self.speculative_draft_model_path)
 
         requested = (self.attention_backend, self.prefill_attention_backend, self.decode_attention_backend)
         reject_unsupported_requested_backends(requested)
@@ -88,5 +92,14 @@ class DDTreeServerArgs(ServerArgs):
             )
 
 
-def _is_ddtree(algorithm: Optional[str]) -> bool:
-    return isinstance(algorithm, str) and algorithm.upper() == ALGORITHM_NAME
+def prepare_server_args_one_line_errors(original, argv):
+    """AROUND hook of ``sglang.srt.server_args.prepare_server_args`` (the command-line path of
+    ``launch_server`` / ``sglang serve``): a DDTREE configuration error is printed as one line, as
+    argparse prints its own, and exits with status 2 instead of a traceback. Every other exception
+    (upstream's own errors, genuine crashes) propagates unchanged; ``sglang.Engine`` never goes
+    through here and gets the ``ValueError``."""
+    try:
+        return original(argv)
+    except DDTreeArgumentError as e:
+        print(f"sglang: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

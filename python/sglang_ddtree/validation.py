@@ -15,22 +15,24 @@ from __future__ import annotations
 
 import logging
 
+from sglang_ddtree.backends import (
+    TESTED_TARGET_ATTENTION_BACKENDS,
+    UNSUPPORTED_TARGET_BACKENDS,
+    refusal_reason,
+    tested_backends_text,
+)
 from sglang_ddtree.config import (
     BUDGET_FLAG,
     DEFAULT_BUDGET,
     DEFAULT_TOPK,
     TOPK_FLAG,
+    DDTreeArgumentError,
     DDTreeConfig,
     check_budget,
     check_topk,
 )
 
 logger = logging.getLogger(__name__)
-
-# Attention backends that cannot run DDTREE's tree verify, and why.
-_UNSUPPORTED_TARGET_BACKENDS = {
-    "trtllm_mha": "it has no custom (tree) attention mask",
-}
 
 # Native speculative fields DDTREE derives itself; setting them by hand is a conflict, not a hint.
 _DERIVED_FIELDS = {
@@ -43,8 +45,9 @@ _DERIVED_FIELDS = {
 def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     """Validate DDTREE's configuration in place and map it onto the native fields.
 
-    Returns the resulting ``DDTreeConfig``. Raises ``ValueError`` for any configuration DDTREE cannot
-    honour yet.
+    Returns the resulting ``DDTreeConfig`` (``DDTreeConfig.from_server_args`` derives the same one from
+    the fields written here). Raises ``DDTreeArgumentError`` (a ``ValueError``) for any configuration
+    DDTREE cannot honour yet.
     """
     _reject_hand_set_derived_fields(server_args)
     budget = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", DEFAULT_BUDGET))
@@ -62,7 +65,7 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     _check_target_attention_backends(server_args)
     _check_unsupported_features(server_args)
     if server_args.speculative_draft_model_path is None:
-        raise ValueError(
+        raise DDTreeArgumentError(
             "--speculative-algorithm DDTREE requires --speculative-draft-model-path "
             "(a DFlash drafter checkpoint for the target model)."
         )
@@ -80,7 +83,7 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     server_args.speculative_num_steps = 1
     server_args.speculative_eagle_topk = topk
     server_args.speculative_num_draft_tokens = budget + 1
-    config = DDTreeConfig(budget=budget, topk=topk, block_size=block_size)
+    config = DDTreeConfig.from_server_args(server_args)
     logger.info(
         "DDTREE: budget=%d topk=%d drafter block size=%d (tree depth <= %d, verify width %d tokens/request).",
         budget, topk, block_size, config.max_depth, config.num_verify_tokens,
@@ -98,7 +101,7 @@ def _reject_hand_set_derived_fields(server_args) -> None:
         value = getattr(server_args, name)
         if value is not None:
             flag = "--" + name.replace("_", "-")
-            raise ValueError(
+            raise DDTreeArgumentError(
                 f"{flag}={value} cannot be set with --speculative-algorithm DDTREE: it is {how}. "
                 f"Use {BUDGET_FLAG} and {TOPK_FLAG} instead."
             )
@@ -108,20 +111,20 @@ def _check_platform_and_parallelism(server_args) -> None:
     from sglang.srt.arg_groups.overrides import resolved_view
 
     if not str(server_args.device).startswith("cuda"):
-        raise ValueError(
+        raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE runs on CUDA GPUs only, got --device {server_args.device}."
         )
     if server_args.pp_size != 1:
-        raise ValueError(
+        raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE does not support pipeline parallelism yet: "
             f"--pp-size must be 1, got {server_args.pp_size}."
         )
     if resolved_view(server_args).enable_dp_attention:
-        raise ValueError(
+        raise DDTreeArgumentError(
             "--speculative-algorithm DDTREE does not support --enable-dp-attention yet."
         )
     if server_args.page_size is not None and server_args.page_size > 1:
-        raise ValueError(
+        raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE supports --page-size 1 only for now, got "
             f"--page-size {server_args.page_size}."
         )
@@ -131,17 +134,14 @@ def _check_target_attention_backends(server_args) -> None:
     """The target's prefill and decode backends both serve the tree verify; each must be tested."""
     from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
 
-    from sglang_ddtree.server_args import TESTED_TARGET_ATTENTION_BACKENDS
-
     prefill, decode = attention_backends_of(resolved_view(server_args))
     for flag, backend in (("prefill", prefill), ("decode", decode)):
         if backend is None or backend in TESTED_TARGET_ATTENTION_BACKENDS:
             continue
-        why = _UNSUPPORTED_TARGET_BACKENDS.get(backend, "its tree-mask verify path is untested with DDTREE")
-        raise ValueError(
+        raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE cannot use the {flag} attention backend '{backend}'"
-            f"{_backend_origin(server_args, flag, backend)}: {why}. Use --attention-backend "
-            f"{' or '.join(TESTED_TARGET_ATTENTION_BACKENDS)}."
+            f"{_backend_origin(server_args, flag, backend)}: {refusal_reason(backend)}. Use "
+            f"--attention-backend {tested_backends_text()}."
         )
 
 
@@ -160,36 +160,33 @@ def _backend_origin(server_args, flag: str, backend: str) -> str:
 def reject_unsupported_requested_backends(requested) -> None:
     """Refuse backends that can never run a tree verify as soon as the user names them, before
     upstream's own platform checks (which would report an unrelated reason first)."""
-    from sglang_ddtree.server_args import TESTED_TARGET_ATTENTION_BACKENDS
-
     flags = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
     for flag, backend in zip(flags, requested):
-        if backend in _UNSUPPORTED_TARGET_BACKENDS:
-            raise ValueError(
+        if backend in UNSUPPORTED_TARGET_BACKENDS:
+            raise DDTreeArgumentError(
                 f"--speculative-algorithm DDTREE cannot use {flag} {backend}: "
-                f"{_UNSUPPORTED_TARGET_BACKENDS[backend]}. Use --attention-backend "
-                f"{' or '.join(TESTED_TARGET_ATTENTION_BACKENDS)}."
+                f"{UNSUPPORTED_TARGET_BACKENDS[backend]}. Use --attention-backend {tested_backends_text()}."
             )
 
 
 def _check_unsupported_features(server_args) -> None:
     if server_args.speculative_draft_window_size is not None:
-        raise ValueError(
+        raise DDTreeArgumentError(
             "--speculative-draft-window-size is not supported with --speculative-algorithm DDTREE yet, "
             f"got {server_args.speculative_draft_window_size}."
         )
     if getattr(server_args, "speculative_adaptive", False):
-        raise ValueError("--speculative-adaptive is not supported with --speculative-algorithm DDTREE yet.")
+        raise DDTreeArgumentError("--speculative-adaptive is not supported with --speculative-algorithm DDTREE yet.")
     mode = getattr(server_args, "disaggregation_mode", "null")
     if mode not in (None, "null"):
-        raise ValueError(
+        raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE does not support PD disaggregation yet, got "
             f"--disaggregation-mode {mode}."
         )
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):
         arch = (getattr(hf_config, "architectures", None) or ["?"])[0]
-        raise ValueError(
+        raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) "
             f"targets yet; the target architecture is {arch}. Use DFLASH for this model for now."
         )

@@ -3,6 +3,7 @@ arguments): the mapping onto native fields, and every bad input failing fast wit
 names the flag, the value and what is allowed. Only config.json files are needed, no GPU."""
 
 import logging
+import re
 
 import pytest
 
@@ -131,23 +132,67 @@ BAD_CLI = [
 ]
 
 
+def _one_line_cli_error(capsys, parse_call, message):
+    """The command line prints a DDTREE configuration error as ONE line (after any log lines, no
+    traceback) and exits with status 2."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        parse_call()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("sglang: error: ")]
+    assert len(errors) == 1 and err.rstrip().endswith(errors[0]) and "Traceback" not in err, err
+    assert re.search(message, errors[0]), (message, errors[0])
+
+
 @pytest.mark.parametrize("extra, message", BAD_CLI)
-def test_bad_cli_input_fails_fast_with_a_clear_message(parse, tiny_configs, extra, message):
+def test_bad_cli_input_fails_fast_with_a_clear_message(parse, tiny_configs, capsys, extra, message):
+    _one_line_cli_error(capsys, lambda: parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
+                                              *extra), message)
+
+
+@pytest.mark.parametrize("extra, message", BAD_CLI[:3] + BAD_CLI[6:7])
+def test_engine_kwargs_get_the_same_error_as_a_value_error(engine_args, tiny_configs, extra, message):
+    """``sglang.Engine`` callers get a ValueError (no exit): same messages as the command line."""
+    flag, value = extra[0].lstrip("-").replace("-", "_"), extra[1]
     with pytest.raises(ValueError, match=message):
-        parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"], *extra)
+        engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                    **{flag: int(value) if value.isdigit() else value})
 
 
-def test_missing_draft_model_path(parse):
-    with pytest.raises(ValueError, match=r"--speculative-algorithm DDTREE requires --speculative-draft-model-path"):
-        parse(*DDTREE)
+def test_upstream_errors_are_not_swallowed(parse, tiny_configs):
+    """Only DDTREE's own configuration errors become one-liners; upstream's propagate unchanged."""
+    from sglang_ddtree.config import DDTreeArgumentError
+
+    with pytest.raises(ValueError) as err:
+        parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
+              "--speculative-dflash-block-size", "0")
+    assert not isinstance(err.value, DDTreeArgumentError)
 
 
-def test_cpu_device_is_refused(sglang_with_plugin, tiny_configs):
+def test_missing_draft_model_path(parse, capsys):
+    _one_line_cli_error(capsys, lambda: parse(*DDTREE),
+                        r"--speculative-algorithm DDTREE requires --speculative-draft-model-path")
+
+
+@pytest.mark.parametrize("drafter, message", [
+    ("/nonexistent/drafter", r"--speculative-draft-model-path /nonexistent/drafter: no such directory"),
+    ("target", r"is not a DFlash drafter: its config.json has architectures \['Qwen3ForCausalLM'\]"),
+    ("empty", r": no config.json there"),
+])
+def test_draft_path_must_be_a_local_dflash_drafter(parse, tiny_configs, tmp_path, capsys, drafter, message):
+    path = {"target": tiny_configs["target"], "empty": str(tmp_path)}.get(drafter, drafter)
+    _one_line_cli_error(capsys, lambda: parse(*DDTREE, "--speculative-draft-model-path", path), message)
+
+
+def test_cpu_device_is_refused(sglang_with_plugin, tiny_configs, capsys):
     from sglang.srt.server_args import prepare_server_args
 
-    with pytest.raises(ValueError, match=r"runs on CUDA GPUs only, got --device cpu"):
-        prepare_server_args(["--model-path", tiny_configs["target"], "--device", "cpu", "--skip-tokenizer-init",
-                             *DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"]])
+    _one_line_cli_error(
+        capsys,
+        lambda: prepare_server_args(["--model-path", tiny_configs["target"], "--device", "cpu", "--skip-tokenizer-init",
+                                     *DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"]]),
+        r"runs on CUDA GPUs only, got --device cpu")
 
 
 def test_hybrid_target_is_refused(hybrid_target, tiny_configs):

@@ -6,13 +6,13 @@ from types import SimpleNamespace
 
 import torch
 
-from sglang_ddtree.worker.geometry import RoundGeometry
+from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.worker import DDTreeWorker
 
 
 def _worker(budget=64, block=16):
     w = DDTreeWorker.__new__(DDTreeWorker)  # only the host-length helper is exercised
-    w.geometry, w._warned_host_sync = RoundGeometry(budget=budget, topk=8, block_size=block), False
+    w.config, w._warned_host_sync = DDTreeConfig(budget=budget, topk=min(8, budget), block_size=block), False
     return w
 
 
@@ -34,7 +34,7 @@ def test_published_lengths_plus_extra():
         bound, total = host.plus(extra)
         assert bound.dtype == torch.int64 and bound.tolist() == [5 + extra, 9 + extra, 2 + extra]
         assert total == 16 + 3 * extra
-    assert host.mask_sum_bound == 16 + 3 * w.geometry.accept_width  # lag of one round's commit
+    assert host.mask_sum_bound == 16 + 3 * w.config.accept_width  # lag of one round's commit
 
 
 def test_reserved_lengths_are_already_a_bound():

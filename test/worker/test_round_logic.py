@@ -1,15 +1,17 @@
-"""Accept + commit logic of a round on CPU: tree -> topology -> greedy tree verify (a re-statement of
-sgl_kernel.verify_tree_greedy) -> emitted tokens, bonus, KV moves and the drafter's new context.
+"""Accept + commit logic of a round on CPU: tree -> topology -> the production ACCEPT + COMMIT -> emitted
+tokens, bonus, KV moves and the drafter's new context, each checked against a plain one-request walk.
 The worker's tree (``tree_api.build_tree``) is held against the paper's heap (``build_tree_reference``);
 its greedy ACCEPT + COMMIT (``kv_commit.greedy_accept_commit``, PyTorch path here, the Triton kernel in
-``test_commit_kernel_interp.py``) against the oracle walk and against the T > 0 path's adapter
-(``commit_from_accept_index``) fed with the oracle's ``verify_tree_greedy`` result."""
+``test_commit_kernel_interp.py``) and the T > 0 path's adapter (``commit_from_accept_index``, fed with a
+re-statement of sgl_kernel.verify_tree_greedy on the worker's retrieve links) are BOTH checked against the
+oracle walk (``_worker_oracles.accept_walk``: the root path of the target's greedy choices), never
+against each other alone."""
 
 import pytest
 import torch
 
 from sglang_ddtree.tree.reference import build_tree_reference
-from sglang_ddtree.worker.geometry import RoundGeometry
+from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 from sglang_ddtree.worker.kv_commit import commit_from_accept_index, greedy_accept_commit
 
@@ -35,9 +37,9 @@ def _make_round(bs, depth, k, budget, seed):
 @pytest.mark.parametrize("depth,k,budget", [(7, 3, 15), (7, 4, 64), (3, 2, 1), (5, 6, 30)])
 def test_greedy_accept_matches_longest_path(slack, seed, depth, k, budget):
     bs = 5
-    geometry = RoundGeometry(budget=budget, topk=k, block_size=depth + 1)
+    cfg = DDTreeConfig(budget=budget, topk=min(k, budget), block_size=depth + 1)
     tree, tokens, target_next = _make_round(bs, depth, k, budget, seed)
-    n, width = geometry.num_verify_tokens, geometry.accept_width
+    n, width = cfg.num_verify_tokens, cfg.accept_width
     prefix = torch.randint(3, 30, (bs,), generator=torch.Generator().manual_seed(seed))
     bound = int(prefix.sum()) + slack
     mask, pos, r_index, r_next, r_sib = verify_topology(tree, prefix, bound)
@@ -59,19 +61,16 @@ def test_greedy_accept_matches_longest_path(slack, seed, depth, k, budget):
     c = greedy_accept_commit(tree, tokens, target_next, verify_loc, prefix, width)
     predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, width)
     via_sampler_path = commit_from_accept_index(predict, accept_index, num + 1, verify_loc, prefix)
-    for field in c._fields:  # the fused greedy path and the T > 0 adapter agree on every output
-        got, want = getattr(c, field), getattr(via_sampler_path, field)
-        if field == "ctx_rows":  # rows past accept_len are unspecified: compare the live ones
-            live = (torch.arange(width).view(1, width) < c.accept_lens.view(bs, 1).long()).reshape(-1)
-            got, want = got[live], want[live]
-        assert torch.equal(got, want), field
-    accept_lens = c.accept_lens
+    walks = [accept_walk(tokens[b], tree.parents[b], tree.valid[b], target_next[b]) for b in range(bs)]
+    for commit in (c, via_sampler_path):  # both production paths against the oracle walk
+        _check_commit(commit, walks, tokens, verify_loc, prefix, width)
 
-    for b in range(bs):
-        rows, want_bonus = accept_walk(tokens[b], tree.parents[b], tree.valid[b], target_next[b])
-        a = len(rows)
-        assert int(accept_lens[b]) == a and int(c.new_seq_lens[b]) == int(prefix[b]) + a
-        assert accept_index[b, :a].tolist() == [b * n + r for r in rows]
+
+def _check_commit(c, walks, tokens, verify_loc, prefix, width):
+    bs, n = verify_loc.shape
+    for b, (rows, want_bonus) in enumerate(walks):  # rows: root (0) then the accepted node of each depth
+        a = len(rows)  # accept length = accepted drafts + bonus
+        assert int(c.accept_lens[b]) == a and int(c.new_seq_lens[b]) == int(prefix[b]) + a
         emitted = [int(tokens[b, r]) for r in rows[1:]] + [want_bonus]
         assert c.out_tokens[b, :a].tolist() == emitted and int(c.bonus[b]) == want_bonus
         assert bool((c.out_tokens[b, a:] == 0).all())
@@ -82,17 +81,18 @@ def test_greedy_accept_matches_longest_path(slack, seed, depth, k, budget):
     for chunk in range(0, c.kv_tgt.numel(), 7):  # sequential chunks, read-before-write within one
         t, s = c.kv_tgt[chunk : chunk + 7], c.kv_src[chunk : chunk + 7]
         kv[t] = kv[s].clone()
-    for b in range(bs):
-        a = int(accept_lens[b])
-        assert kv[verify_loc[b, :a]].tolist() == accept_index[b, :a].tolist()
+    for b, (rows, _) in enumerate(walks):
+        a = len(rows)
+        assert kv[verify_loc[b, :a]].tolist() == [b * n + r for r in rows]
         assert bool((c.kv_tgt.view(bs, width)[b, a:] == 0).all())
 
+    # The drafter's new context: the accepted nodes' hidden states at their final slots and positions.
     hidden = torch.arange(bs * n, dtype=torch.float32).unsqueeze(1).repeat(1, 3)
     ctx_h = hidden[c.ctx_rows]
     assert c.ctx_loc_2d.is_contiguous() and c.ctx_loc_2d.shape == (bs, width)
-    for b in range(bs):
-        a = int(accept_lens[b])
-        assert ctx_h.view(bs, width, 3)[b, :a, 0].tolist() == [float(i) for i in accept_index[b, :a]]
+    for b, (rows, _) in enumerate(walks):
+        a = len(rows)
+        assert ctx_h.view(bs, width, 3)[b, :a, 0].tolist() == [float(b * n + r) for r in rows]
         assert c.ctx_positions.view(bs, width)[b, :a].tolist() == [int(prefix[b]) + d for d in range(a)]
         assert c.ctx_loc_2d[b, :a].tolist() == verify_loc[b, :a].tolist()
 

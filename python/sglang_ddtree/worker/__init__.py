@@ -2,7 +2,7 @@
 
 Modules, one concern each (the round is draft -> build tree -> verify -> accept -> commit):
   worker      ``DDTreeWorker`` (a ``DFlashWorkerV2``), orchestrates the round
-  geometry    static per-round shapes and the drafter's view of the server args
+  draft_view  the drafter's view of the server args (block size L, topk 1)
   draft_head  top-K draft log-probs from the target's (vocab-parallel) LM head
   tree_api    the door to ``sglang_ddtree.tree``: tree construction and verify topology
   info        the draft-state and verify SpecInput dataclasses
@@ -11,7 +11,8 @@ Modules, one concern each (the round is draft -> build tree -> verify -> accept 
               targets of metrics / request_checks (``HOOK_TARGETS``)
   metrics     accept-length histogram and depth-based accept rate in the decode log and /metrics
   request_checks  per-request refusal of features DDTREE does not support yet
-  debug       test knobs read from the environment once
+Static shapes come from ``sglang_ddtree.config.DDTreeConfig``. Tests plug in from outside (a test-only
+SGLang plugin under test/ hooks ``DDTreeWorker._draft`` / ``_verify``); the round has no test code.
 Importing this package is cheap; ``DDTreeWorker`` pulls in SGLang's GPU stack on first access.
 """
 

@@ -7,7 +7,7 @@
   tree mask of width budget + 1. The draft runner (block size L, no mask) keeps upstream's dummy.
 - ``allocation_sizing.get_alloc_len_per_decode`` / ``get_req_to_token_extra_context_len``: the
   scheduler's memory estimate and the req_to_token row headroom must cover DDTree's per-round
-  reservation (``RoundGeometry.reserve_per_decode``), which exceeds 2 * (budget + 1) when
+  reservation (``DDTreeConfig.reserve_per_decode``), which exceeds 2 * (budget + 1) when
   budget + 1 < L.
 - Observability (``metrics``): the scheduler's decode-result and decode-log functions and the
   tokenizer's per-request spec metrics, for DDTREE's accept rate and accept-length histogram.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from sglang_ddtree.config import ALGORITHM_NAME
+from sglang_ddtree.config import DDTreeConfig, is_ddtree, is_validated_ddtree_args
 from sglang_ddtree.worker import metrics, request_checks
 
 logger = logging.getLogger(__name__)
@@ -38,27 +38,6 @@ _REQ_METRICS = "sglang.srt.managers.tokenizer_manager.TokenizerManager._calculat
 _VALIDATE_REQ = "sglang.srt.speculative.dflash_utils.validate_dflash_request"
 
 
-def is_ddtree(spec_algorithm) -> bool:
-    return getattr(spec_algorithm, "name", None) == ALGORITHM_NAME
-
-
-def _is_ddtree_args(server_args) -> bool:
-    """DDTREE server args whose DDTREE fields are already validated and mapped."""
-    name = getattr(server_args, "speculative_algorithm", None)
-    return (
-        isinstance(name, str)
-        and name.upper() == ALGORITHM_NAME
-        and getattr(server_args, "speculative_ddtree_budget", None) is not None
-        and getattr(server_args, "speculative_ddtree_topk", None) is not None
-    )
-
-
-def _reserve_per_decode(server_args) -> int:
-    from sglang_ddtree.worker.geometry import RoundGeometry
-
-    return RoundGeometry.from_server_args(server_args, check_verify_width=False).reserve_per_decode
-
-
 def runner_get_spec_info(original, runner, num_tokens):
     mr = runner.model_runner
     if mr.is_draft_worker or not is_ddtree(mr.spec_algorithm):
@@ -66,8 +45,7 @@ def runner_get_spec_info(original, runner, num_tokens):
     from sglang_ddtree.worker.info import make_capture_verify_input
 
     return make_capture_verify_input(
-        num_tokens_per_req=runner.captured_req_width,
-        topk=mr.server_args.speculative_eagle_topk or 1,
+        DDTreeConfig.from_server_args(mr.server_args), num_tokens_per_req=runner.captured_req_width,
         custom_mask=runner.buffers.custom_mask,
     )
 
@@ -79,8 +57,7 @@ def create_dummy_verify_input(original, spec_algorithm, server_args, custom_mask
     from sglang_ddtree.worker.info import make_capture_verify_input
 
     return make_capture_verify_input(
-        num_tokens_per_req=num_tokens_per_req,
-        topk=server_args.speculative_eagle_topk or 1,
+        DDTreeConfig.from_server_args(server_args), num_tokens_per_req=num_tokens_per_req,
         custom_mask=custom_mask,
     )
 
@@ -91,17 +68,17 @@ def alloc_len_per_decode(original, server_args=None):
         from sglang.srt.runtime_context import get_server_args
 
         server_args = get_server_args()
-    if not _is_ddtree_args(server_args):
+    if not is_validated_ddtree_args(server_args):
         return value
     # Callers reserve 2x this (overlap double buffer); DDTree's reservation is reserve_per_decode.
-    return max(value, -(-_reserve_per_decode(server_args) // 2))
+    return max(value, -(-DDTreeConfig.from_server_args(server_args).reserve_per_decode // 2))
 
 
 def req_to_token_extra_context_len(original, server_args):
     value = original(server_args)
-    if not _is_ddtree_args(server_args):
+    if not is_validated_ddtree_args(server_args):
         return value
-    return max(value, 4 + _reserve_per_decode(server_args))
+    return max(value, 4 + DDTreeConfig.from_server_args(server_args).reserve_per_decode)
 
 
 # Upstream function -> our AROUND hook (sglang_ddtree.compat lists the targets for the doctor).

@@ -10,38 +10,36 @@ attention-backend paths) plus the tree topology SGLang's EAGLE/NGRAM tree verify
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Optional
+from typing import Optional
 
 import torch
 
 from sglang.srt.mem_cache.allocation import alloc_for_spec_decode
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+from sglang.srt.runtime_context import get_server_args
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+
+from sglang_ddtree.config import DDTreeConfig
 
 
 @dataclasses.dataclass
 class DDTreeDraftInput(DFlashDraftInputV2):
-    """Draft-side state carried across rounds (spec-v2), with DDTree's KV reservation.
-
-    ``reserve_per_decode`` (slots past the scheduler's committed length, see
-    ``RoundGeometry.reserve_per_decode``) is set once per process by the worker.
-    """
-
-    reserve_per_decode: ClassVar[int] = 0
+    """Draft-side state carried across rounds (spec-v2), with DDTree's KV reservation."""
 
     def prepare_for_decode(self, batch) -> None:
         """Reserve KV slots for the next round (host loop over requests, like upstream's).
 
         Runs on the scheduler before the round. Reads each request's committed and allocated
-        lengths, grows the allocation to ``committed + reserve_per_decode`` (capped at the
-        req_to_token row width) and records the host bounds the round uses for planning.
+        lengths, grows the allocation to ``committed + DDTreeConfig.reserve_per_decode`` (capped at
+        the req_to_token row width) and records the host bounds the round uses for planning. The
+        config comes from the process's published (target) server args, as upstream DFLASH reads
+        its block size there.
         """
         bs = batch.batch_size()
         if bs == 0:
             return
-        reserve = type(self).reserve_per_decode
-        assert reserve > 0, "DDTreeDraftInput.reserve_per_decode was not set by the worker"
+        reserve = DDTreeConfig.from_server_args(get_server_args()).reserve_per_decode
         self._ensure_prepare_length_buffers(bs, batch.device)
         committed_cpu = self._prepare_batch_seq_lens_cpu_buf[:bs]
         cur_cpu = self._prepare_cur_kv_lens_cpu_buf[:bs]
@@ -110,13 +108,13 @@ class DDTreeVerifyInput(DFlashVerifyInput):
     retrieve_index: Optional[torch.Tensor] = None  # [bs, N] int64, b * N + row
     retrieve_next_token: Optional[torch.Tensor] = None  # [bs, N] int64, first child, -1 none
     retrieve_next_sibling: Optional[torch.Tensor] = None  # [bs, N] int64, next sibling, -1 none
-    max_depth: int = 0  # D: deepest possible node
+    max_depth: int = 0  # D = DDTreeConfig.max_depth: deepest possible node
     draft_probs: Optional[torch.Tensor] = None  # target-only tree sampling: always None
     grammar: Optional[object] = None  # grammar-constrained decoding is rejected per request
 
     @property
     def max_tree_depth(self) -> int:
-        """Width of eagle_sample's accept_index rows: root + D accepted drafts."""
+        """W = D + 1 (``DDTreeConfig.accept_width``): width of the sampler's accept_index rows."""
         return self.max_depth + 1
 
     @property
@@ -125,15 +123,16 @@ class DDTreeVerifyInput(DFlashVerifyInput):
         return -1
 
 
-def make_capture_verify_input(*, num_tokens_per_req: int, topk: int, custom_mask: torch.Tensor):
+def make_capture_verify_input(config: DDTreeConfig, *, num_tokens_per_req: int, custom_mask: torch.Tensor):
     """The dummy verify input for the target's CUDA-graph capture and warm-up: it must carry a
-    custom mask so the captured attention reads the tree mask buffer at replay."""
+    custom mask so the captured attention reads the tree mask buffer at replay. ``num_tokens_per_req``
+    is the runner's captured width (``config.num_verify_tokens``)."""
     return DDTreeVerifyInput(
         draft_token=None,
         positions=None,
         draft_token_num=int(num_tokens_per_req),
-        topk=int(topk),
+        topk=config.topk,
         custom_mask=custom_mask,
         capture_hidden_mode=CaptureHiddenMode.FULL,
-        max_depth=int(num_tokens_per_req) - 1,
+        max_depth=config.max_depth,
     )

@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 from typing import List, Optional, Sequence
 
+from sglang_ddtree.config import DDTreeConfig, is_ddtree, is_validated_ddtree_args
+
 logger = logging.getLogger(__name__)
 
 # The upstream module whose logger writes the "Decode batch, ..." line.
@@ -90,31 +92,19 @@ class _RewriteOnce(logging.Filter):
         return True
 
 
-def _geometry(server_args):
-    from sglang_ddtree.worker.geometry import RoundGeometry
-
-    return RoundGeometry.from_server_args(server_args, check_verify_width=False)
-
-
-def _is_ddtree(spec_algorithm) -> bool:
-    from sglang_ddtree.worker.hooks import is_ddtree
-
-    return is_ddtree(spec_algorithm)
-
-
 # ---- hooks (AROUND; registered in sglang_ddtree.worker.hooks) -------------------------------------
 def resolve_spec_v2_tokens(original, processor, result, batch):
     """``SchedulerBatchResultProcessor._resolve_spec_v2_tokens`` (decode results only): after upstream
     has the accept lengths on the host, count them into the reporter's interval histogram."""
     out = original(processor, result, batch)
-    if not _is_ddtree(batch.spec_algorithm):
+    if not is_ddtree(batch.spec_algorithm):
         return out
     reporter = processor.metrics_reporter
     if not (reporter.is_stats_logging_rank or reporter.current_scheduler_metrics_enabled):
         return out  # upstream neither logs nor exports on this rank
     hist = getattr(reporter, HIST_ATTR, None)
     if hist is None:
-        hist = AcceptHistogram(_geometry(processor.server_args).accept_width)
+        hist = AcceptHistogram(DDTreeConfig.from_server_args(processor.server_args).accept_width)
         setattr(reporter, HIST_ATTR, hist)
     hist.add(result.num_correct_drafts_per_req_cpu)
     return out
@@ -130,7 +120,7 @@ def report_decode_stats(original, reporter, *args, **kwargs):
     accept_tokens, rounds = reporter.spec_num_accept_tokens, reporter.spec_num_forward_ct
     if rounds <= 0:
         return original(reporter, *args, **kwargs)
-    max_depth = _geometry(server_args).max_depth
+    max_depth = DDTreeConfig.from_server_args(server_args).max_depth
     new = ddtree_accept_fragment(accept_tokens, rounds, max_depth, hist)
     rewrite = _RewriteOnce(upstream_accept_fragment(accept_tokens, rounds, server_args), new)
     upstream_logger = logging.getLogger(REPORTER_MODULE)
@@ -155,12 +145,10 @@ def tokenizer_spec_metrics(original, manager, meta_info, recv_obj, i):
     original(manager, meta_info, recv_obj, i)
     if "spec_accept_rate" not in meta_info:
         return
-    from sglang_ddtree.worker.hooks import _is_ddtree_args
-
-    if not _is_ddtree_args(manager.server_args):
+    if not is_validated_ddtree_args(manager.server_args):
         return
     verify_ct = meta_info["spec_verify_ct"]
-    max_depth = _geometry(manager.server_args).max_depth
+    max_depth = DDTreeConfig.from_server_args(manager.server_args).max_depth
     meta_info["spec_accept_rate"] = meta_info["spec_num_correct_drafts"] / (verify_ct * max_depth)
 
 

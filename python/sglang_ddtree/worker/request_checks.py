@@ -42,12 +42,12 @@ def validate_dflash_request(original, req, enable_overlap: bool) -> Optional[str
     """AROUND hook of ``sglang.srt.speculative.dflash_utils.validate_dflash_request``."""
     from sglang.srt.runtime_context import get_server_args
 
-    from sglang_ddtree.worker.hooks import _is_ddtree_args
+    from sglang_ddtree.config import is_validated_ddtree_args
 
     try:
         server_args = get_server_args()
     except ValueError:  # not published in this process: not a DDTREE scheduler
         server_args = None
-    if not _is_ddtree_args(server_args):
+    if not is_validated_ddtree_args(server_args):
         return original(req, enable_overlap)
     return ddtree_request_error(req)

@@ -13,7 +13,9 @@ One decode round, batched over the running requests, without host syncs:
           bonus token to the next round.
 Prefill, draft-KV materialisation and draft CUDA graphs are DFLASH's (``DFlashWorkerV2``). The
 drafter's runner sees block size L and topk 1; the target sees budget + 1 and topk K.
-Vocabulary (node, root, depth, budget, accept length, bonus token): see ``sglang_ddtree.tree``.
+Static shapes come from the one ``DDTreeConfig`` (N = budget + 1 verify tokens per request, D = max
+depth, W = D + 1 accept width). Vocabulary (node, root, depth, budget, accepted drafts, accept length =
+accepted drafts + bonus token): see ``sglang_ddtree.tree``.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, Forw
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from sglang_ddtree.worker.debug import WorkerKnobs
+from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.draft_head import build_draft_head
-from sglang_ddtree.worker.geometry import RoundGeometry, draft_server_args_view
+from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import commit_from_accept_index, greedy_accept_commit
@@ -46,26 +48,21 @@ class DDTreeWorker(DFlashWorkerV2):
     """``DFlashWorkerV2`` with DDTree's decode round (see the module docstring)."""
 
     def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
-        geometry = RoundGeometry.from_server_args(server_args)
+        config = DDTreeConfig.from_server_args(server_args)
+        if int(server_args.speculative_num_draft_tokens) != config.num_verify_tokens:
+            raise RuntimeError(
+                f"DDTREE: speculative_num_draft_tokens {server_args.speculative_num_draft_tokens} != budget + 1 "
+                f"({config.num_verify_tokens}); the server args were changed after DDTREE validation."
+            )
         if mambaish_config(target_worker.model_runner.model_config) is not None:
             raise ValueError("--speculative-algorithm DDTREE does not support hybrid Mamba/GDN targets yet.")
-        self.geometry = geometry
-        super().__init__(draft_server_args_view(server_args, geometry), gpu_id, ps, nccl_port, target_worker)
+        self.config = config
+        super().__init__(draft_server_args_view(server_args, config), gpu_id, ps, nccl_port, target_worker)
         self.server_args = server_args
         if self.use_compact_draft_cache:
             raise ValueError("--speculative-draft-window-size is not supported with DDTREE yet.")
-        if int(self.block_size) != geometry.block_size:
-            raise RuntimeError(f"DDTREE: draft block size {self.block_size} != configured {geometry.block_size}.")
-        DDTreeDraftInput.reserve_per_decode = geometry.reserve_per_decode
-        self.knobs = WorkerKnobs.from_env()
-        self._draft_oracle = None
-        if self.knobs.draft_oracle_path:  # TEST ONLY: a planned draft top-K (draft_oracle.py)
-            from sglang_ddtree.worker.draft_oracle import load_draft_oracle
-
-            self._draft_oracle = load_draft_oracle(
-                self.knobs.draft_oracle_path, geometry, device=self.device,
-                vocab_size=target_worker.model_runner.model_config.vocab_size,
-            )
+        if int(self.block_size) != config.block_size:
+            raise RuntimeError(f"DDTREE: draft block size {self.block_size} != configured {config.block_size}.")
         # Eager top-K head (the draft CUDA graph folds in its own copy, see _maybe_build_draft_sampler).
         self._eager_head, reason = self._make_head(max_bs=1)
         if self._eager_head is None:
@@ -74,18 +71,17 @@ class DDTreeWorker(DFlashWorkerV2):
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
-                "KV reserve %d/round%s.",
-                geometry.budget, geometry.topk, geometry.block_size, geometry.num_verify_tokens,
-                geometry.max_depth, geometry.reserve_per_decode,
-                ", TEST reversed draft ranks" if self.knobs.reverse_draft_ranks else "",
+                "KV reserve %d/round.",
+                config.budget, config.topk, config.block_size, config.num_verify_tokens,
+                config.max_depth, config.reserve_per_decode,
             )
 
     # ---- set-up hooks of DFlashWorkerV2 -------------------------------------------------------
     def _make_head(self, max_bs: int):
         tp_group = get_tp_group()
         return build_draft_head(
-            self.target_worker.model_runner.model, block_size=self.geometry.block_size,
-            topk=self.geometry.topk, max_bs=max_bs, tp_group=tp_group if tp_group.world_size > 1 else None,
+            self.target_worker.model_runner.model, block_size=self.config.block_size,
+            topk=self.config.topk, max_bs=max_bs, tp_group=tp_group if tp_group.world_size > 1 else None,
         )
 
     def _maybe_build_draft_sampler(self):
@@ -116,53 +112,53 @@ class DDTreeWorker(DFlashWorkerV2):
         return self._decode_round(batch, on_publish)
 
     def _decode_round(self, batch, on_publish) -> GenerationBatchResult:
-        g = self.geometry
+        cfg = self.config
+        n, width = cfg.num_verify_tokens, cfg.accept_width  # N = budget + 1, W = max depth + 1
         draft_input = batch.spec_info
         batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
         bs = len(batch.seq_lens)
-        prefix = batch.seq_lens
+        prefix = batch.seq_lens  # [bs] committed KV length = the root's position
 
         host = self._host_seq_lens(batch, draft_input)
+        # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
         log_probs, token_ids = self._draft(batch, draft_input, bs, host)
-        if self._draft_oracle is not None:  # TEST ONLY (SGLANG_DDTREE_TEST_DRAFT_ORACLE); eager, no sync
-            log_probs, token_ids = self._draft_oracle(draft_input.bonus_tokens, prefix)
-        if self.knobs.reverse_draft_ranks:
-            token_ids = token_ids.flip(-1)
-        tree = build_tree(log_probs, token_ids, g.budget)
+        # BUILD: Tree of [bs, N] rows (row 0 the root); tokens [bs, N] int64 with the bonus tokens as roots.
+        tree = build_tree(log_probs, token_ids, cfg.budget)
         tokens = fill_root(tree, draft_input.bonus_tokens)
 
+        # VERIFY: verify_loc [bs*N] int64 slots req_to_token[b, prefix .. prefix + N).
         verify_loc = assign_extend_cache_locs_func(
             req_pool_indices=batch.req_pool_indices, req_to_token=self.model_runner.req_to_token_pool.req_to_token,
-            start_offset=prefix, end_offset=prefix + g.num_verify_tokens, batch_size=bs,
-            draft_token_num=g.num_verify_tokens, device=self.device,
+            start_offset=prefix, end_offset=prefix + n, batch_size=bs,
+            draft_token_num=n, device=self.device,
         )
-        verify_cpu, verify_sum = host.plus(g.num_verify_tokens)
-        prefix_sum = host.mask_sum_bound
-        n = g.num_verify_tokens
-        # prefix_sum bounds sum(prefix) on the host; it sizes the FULL_MASK, which backends index by the
-        # device lengths (and pad with True up to their own host bound).
-        mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, prefix_sum)
+        verify_cpu, verify_sum = host.plus(n)
+        # The FULL_MASK is sized by a host bound of sum(prefix); backends index it by the device lengths
+        # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
+        # [bs*N] int64, retrieve links [bs, N] int64.
+        mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound)
         verify_input = DDTreeVerifyInput(
-            draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=g.topk,
+            draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=cfg.topk,
             custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
-            retrieve_next_token=r_next, retrieve_next_sibling=r_sibling, max_depth=g.max_depth,
+            retrieve_next_token=r_next, retrieve_next_sibling=r_sibling, max_depth=cfg.max_depth,
         )
         logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
                                                                     verify_cpu, verify_sum)
 
+        # ACCEPT + COMMIT: RoundCommit of [bs, W] / [bs*W] rows (kv_commit), accept_lens 1..W.
         verify_loc_2d = verify_loc.view(bs, n)
         if batch.sampling_info.is_all_greedy:
-            targets = sampling.greedy_targets(verify_input, batch, logits_output)
-            c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, g.accept_width)
+            targets = sampling.greedy_targets(verify_input, batch, logits_output)  # [bs, N]
+            c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
         else:
             predict, accept_lens, accept_index = sampling.sample_tree(verify_input, batch, logits_output)
             c = commit_from_accept_index(predict, accept_index, accept_lens, verify_loc_2d, prefix)
         self.model_runner.token_to_kv_pool.move_kv_cache(c.kv_tgt, c.kv_src)
-        new_seq_lens = c.new_seq_lens.to(prefix.dtype)
+        new_seq_lens = c.new_seq_lens.to(prefix.dtype)  # [bs] prefix + accept length
         if on_publish is not None:
             on_publish(new_seq_lens)
 
-        hidden = logits_output.hidden_states
+        hidden = logits_output.hidden_states  # [bs*N, H'] target hidden states the drafter consumes
         if hidden is None:
             raise RuntimeError("DDTREE verify returned no target hidden states (aux capture missing).")
         self._append_target_hidden_to_draft_kv_by_loc(
@@ -172,18 +168,18 @@ class DDTreeWorker(DFlashWorkerV2):
         logits_output.hidden_states = None  # keep it off the D2H copy
         return GenerationBatchResult(
             logits_output=logits_output,
-            next_token_ids=c.out_tokens.view(-1),
+            next_token_ids=c.out_tokens.view(-1),  # [bs*W], the first accept_lens[b] of each row valid
             accept_lens=c.accept_lens,
             can_run_cuda_graph=can_run_cuda_graph,
             next_draft_input=make_draft_input(c.bonus, new_seq_lens),
-            speculative_num_draft_tokens=g.accept_width,
+            speculative_num_draft_tokens=width,
             new_seq_lens=new_seq_lens,
             extra_keep_alive_refs=[verify_fb, verify_input, verify_loc],
         )
 
     def _draft(self, batch, draft_input, bs: int, host: "_HostLens"):
         """One DFlash forward over [bonus, mask x (L-1)] -> ([bs, L-1, K] log-probs, [bs, L-1, K] ids)."""
-        block = self.geometry.block_size
+        block = self.config.block_size
         self._ensure_draft_block_buffers(bs)
         block_ids = self._draft_block_ids_buf[:bs]
         positions_2d = self._draft_block_positions_buf[:bs]
@@ -241,7 +237,7 @@ class DDTreeWorker(DFlashWorkerV2):
         ``batch.seq_lens_cpu`` holds the published lengths (overlap, backends that need them) or the
         synchronous path's; the scheduler's seed may lag by one round's commit (<= W per request),
         which the extra slots of ``_HostLens.plus`` (>= W) and the mask bound's ``bs * W`` cover."""
-        lag = len(batch.seq_lens) * self.geometry.accept_width
+        lag = len(batch.seq_lens) * self.config.accept_width
         if batch.seq_lens_cpu is not None:
             committed = batch.seq_lens_cpu.to(torch.int64)
         elif draft_input.reserved_seq_lens_cpu is not None:  # >= committed + reserve: already a bound
@@ -267,7 +263,7 @@ class DDTreeWorker(DFlashWorkerV2):
             accept_lens=torch.empty((0,), dtype=torch.int32, device=self.device),
             next_draft_input=next_draft_input,
             can_run_cuda_graph=False,
-            speculative_num_draft_tokens=self.geometry.accept_width,
+            speculative_num_draft_tokens=self.config.accept_width,
             new_seq_lens=next_draft_input.new_seq_lens,
         )
 
