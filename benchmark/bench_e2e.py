@@ -82,13 +82,18 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
     """``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, each optionally suffixed ``+nograph``
-    (CUDA graphs off) and/or ``+nooverlap`` (``--disable-overlap-schedule``)."""
+    (CUDA graphs off), ``+nooverlap`` (``--disable-overlap-schedule``) and / or an attention backend
+    (``+fa3``, ``+triton``, ``+flashinfer``: this configuration's backend instead of ``backend``), e.g.
+    ``dflash+fa3``."""
     spec, *mods = spec.split("+")
     kw = dict(attention_backend=backend)
     for mod in mods:
-        if mod not in _MODIFIERS:
-            raise ValueError(f"unknown config modifier {mod!r}: use one of {sorted(_MODIFIERS)}")
-        kw.update(_MODIFIERS[mod])
+        if mod in ATTENTION_BACKENDS:
+            kw["attention_backend"] = mod
+        elif mod in _MODIFIERS:
+            kw.update(_MODIFIERS[mod])
+        else:
+            raise ValueError(f"unknown config modifier {mod!r}: use one of {sorted(_MODIFIERS) + list(ATTENTION_BACKENDS)}")
     if spec == "plain":
         return kw
     if spec == "dflash":
@@ -102,6 +107,7 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
 
 
 _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True)}
+ATTENTION_BACKENDS = ("fa3", "triton", "flashinfer")
 
 
 def decode_in_batches(engine, prompts, bs: int, params: dict) -> dict:

@@ -18,6 +18,12 @@ def test_config_specs():
     assert bench_e2e.engine_kwargs("ddtree:64:8", "D", "triton") == {
         "attention_backend": "triton", "speculative_algorithm": "DDTREE", "speculative_draft_model_path": "D",
         "speculative_ddtree_budget": 64, "speculative_ddtree_topk": 8}
+    assert bench_e2e.engine_kwargs("dflash+fa3", "D", "triton")["attention_backend"] == "fa3"
+    assert bench_e2e.engine_kwargs("ddtree:15:8+nooverlap+flashinfer", "D", "triton") == {
+        "attention_backend": "flashinfer", "disable_overlap_schedule": True, "speculative_algorithm": "DDTREE",
+        "speculative_draft_model_path": "D", "speculative_ddtree_budget": 15, "speculative_ddtree_topk": 8}
+    with pytest.raises(ValueError, match="unknown config modifier 'fa4'"):
+        bench_e2e.engine_kwargs("plain+fa4", "D", "triton")
     for bad in ("eagle:1:1", "ddtree", "ddtree:64", "ddtree:a:8", "foo"):
         with pytest.raises(ValueError, match=f"unknown config '{bad}'"):
             bench_e2e.engine_kwargs(bad, "D", "triton")
