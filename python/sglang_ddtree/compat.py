@@ -9,7 +9,9 @@ source uses that is missing here (its docstring gives the scan's rules): a modul
 an upstream name adds it here.
 
 Kinds (how ``check_symbol`` checks the last component of ``path``):
-  ATTR      module, or attribute of a module (including ``Class.attr`` chains): imported and resolved.
+  MODULE    a module that exists at that path (found, not imported: the doctor's server-modules check
+            imports the server's modules with all their dependencies).
+  ATTR      attribute of a module (including ``Class.attr`` chains): imported and resolved.
   MEMBER    method / property / class attribute / enum member, in the class ``__dict__`` of the owner
             or an upstream base.
   INSTANCE  attribute upstream code sets on instances: a ``self.<name> = ...`` in the source of the
@@ -31,8 +33,8 @@ import inspect
 import textwrap
 from typing import Dict, List, NamedTuple, Set, Tuple
 
-ATTR, MEMBER, INSTANCE, FIELD, PARAMS = "attr", "member", "instance", "field", "params"
-KINDS = (ATTR, MEMBER, INSTANCE, FIELD, PARAMS)
+MODULE, ATTR, MEMBER, INSTANCE, FIELD, PARAMS = "module", "attr", "member", "instance", "field", "params"
+KINDS = (MODULE, ATTR, MEMBER, INSTANCE, FIELD, PARAMS)
 
 
 class Symbol(NamedTuple):
@@ -69,7 +71,7 @@ _VOCAB = "sglang.srt.layers.vocab_parallel_embedding"
 
 UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     # ---- sglang.srt.plugins: entry point and hooks ----------------------------------------------------
-    Symbol("sglang.srt.plugins", "its name is the entry-point group load_plugins reads (doctor)"),
+    Symbol("sglang.srt.plugins", "its name is the entry-point group load_plugins reads (doctor)", MODULE),
     Symbol("sglang.srt.plugins.load_plugins", "plugin loading (calls plugin.register, applies the hooks)"),
     Symbol("sglang.srt.plugins.hook_registry.HookRegistry", "installing hooks (plugin, worker.hooks)"),
     *_on("sglang.srt.plugins.hook_registry.HookRegistry", MEMBER, register="HookRegistry.register(target, hook, type)"),
@@ -230,7 +232,8 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
            "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", "worker hook: accept-length histogram"),
     *_on("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor", INSTANCE,
          metrics_reporter="where the histogram lives (metrics)", server_args="DDTreeConfig (metrics)"),
-    Symbol("sglang.srt.managers.scheduler_components.metrics_reporter", "its logger writes the decode line (metrics)"),
+    Symbol("sglang.srt.managers.scheduler_components.metrics_reporter", "its logger writes the decode line (metrics)",
+           MODULE),
     Symbol(f"{_REPORTER}.report_decode_stats", "worker hook: DDTREE decode log line"),
     *_on(_REPORTER, INSTANCE,
          is_stats_logging_rank="logs on this rank", current_scheduler_metrics_enabled="exports on this rank",
@@ -303,6 +306,13 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          json_schema="refused", regex="refused", ebnf="refused", structural_tag="refused"),
     Symbol("sglang.srt.sampling.penaltylib.repetition_penalty.apply_scaling_penalties", "penalties (sampling)"),
     Symbol("sglang.srt.utils.async_probe.sanitize_nan_logits", "verify logits NaN check (sampling)"),
+    # ---- the server's own modules (doctor.SERVER_MODULES imports them in a fresh interpreter) ------------
+    Symbol("sglang.srt.entrypoints.http_server", "launch_server's HTTP server", MODULE),
+    Symbol("sglang.srt.entrypoints.engine", "the engine", MODULE),
+    Symbol("sglang.srt.managers.tokenizer_manager", "the tokenizer manager", MODULE),
+    Symbol("sglang.srt.managers.scheduler", "the scheduler process", MODULE),
+    Symbol("sglang.srt.managers.detokenizer_manager", "the detokenizer process", MODULE),
+    Symbol("sglang.srt.model_executor.model_runner", "the model runner", MODULE),
     # ---- sgl_kernel (CUDA-only wheel) -----------------------------------------------------------------
     Symbol("sgl_kernel.tree_speculative_sampling_target_only", "tree sampling at T > 0 (sampling)"),
     _params("sgl_kernel.tree_speculative_sampling_target_only",
@@ -399,6 +409,10 @@ def _split_params(path: str) -> Tuple[str, List[str]]:
 
 def check_symbol(sym: Symbol) -> None:
     """Raise (ImportError, AttributeError, TypeError, ...) unless ``sym`` resolves in this environment."""
+    if sym.kind == MODULE:
+        if importlib.util.find_spec(sym.path) is None:  # a missing parent package raises here
+            raise ModuleNotFoundError(f"no module named {sym.path!r}", name=sym.path)
+        return
     if sym.kind == ATTR:
         resolve(sym.path)
         return

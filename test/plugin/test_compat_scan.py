@@ -474,6 +474,8 @@ def read(server_args):
 
 
 @pytest.mark.parametrize("kind, path, error", [
+    (compat.MODULE, "sglang.srt.managers.no_such_module", "ModuleNotFoundError"),
+    (compat.MODULE, "sglang.srt.no_such_package.module", "ModuleNotFoundError"),
     (compat.ATTR, "sglang.srt.server_args.no_such_function", "AttributeError"),
     (compat.ATTR, "sglang.srt.no_such_module.thing", "AttributeError"),
     (compat.MEMBER, "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2._no_such_method", "AttributeError"),
