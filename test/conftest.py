@@ -12,6 +12,8 @@ try:  # prefer the installed wheel; fall back to the checkout (e.g. a quick run 
 except ImportError:
     sys.path.insert(0, _PY)
 
+collect_ignore = ["_test_plugin"]  # the TEST-ONLY SGLang plugin package (test/worker/_test_plugin_env.py), not tests
+
 
 def _cuda_available() -> bool:
     try:

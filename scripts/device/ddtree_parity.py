@@ -20,8 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
               sampling_backend="pytorch", cuda_graph_max_bs_decode=48, log_level="info",
@@ -42,7 +45,8 @@ CONFIGS = {
     "dd_triton_b1": ddtree(1, 1),
     "dd_triton_b15_nograph": ddtree(15, 4, disable_cuda_graph=True),
     "dd_triton_b15_nooverlap": ddtree(15, 4, disable_overlap_schedule=True),
-    "dd_triton_b64_reversed": ddtree(64, 8, _env={"SGLANG_DDTREE_TEST_REVERSE_RANKS": "1"}),
+    # the drafter's top-K order reversed by the TEST-ONLY plugin (test/_test_plugin, DDTREE_TEST_REVERSE_RANKS)
+    "dd_triton_b64_reversed": ddtree(64, 8, _test_hooks=dict(reverse_ranks=True)),
     "dd_triton_b3": ddtree(3, 2),
     "dd_triton_b256": ddtree(256, 8),
     "dd_triton_b64_nograph": ddtree(64, 8, disable_cuda_graph=True),
@@ -77,11 +81,22 @@ BS1_PROMPTS = 32
 MODEL_DIRS = {"sharp": ("target_sharp", "draft_sharp"), "bias": ("target", "draft_bias")}
 
 
+def test_hooks_env(hooks) -> dict:
+    """Variables for the test plugin's ``hooks`` (``test/worker/_test_plugin_env.py``); puts the plugin on
+    this process's sys.path, which the engine's spawned scheduler copies (so it finds the entry point)."""
+    sys.path.insert(0, os.path.join(ROOT, "test", "worker"))
+    import _test_plugin_env
+
+    _test_plugin_env.add_plugin_path()
+    return {k: v for k, v in _test_plugin_env.plugin_env(**hooks).items() if k != "PYTHONPATH"}
+
+
 def run_config(name, target, draft, prompts, max_new_tokens):
     import sglang
 
     kw = dict(CONFIGS[name])
-    env = kw.pop("_env", {})
+    hooks = kw.pop("_test_hooks", None)
+    env = test_hooks_env(hooks) if hooks else {}
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):
@@ -155,7 +170,7 @@ def main():
         key = (variant, CONFIGS[name].get("attention_backend", "triton"), CONFIGS[name].get("dtype", "bfloat16"),
                CONFIGS[name].get("tp_size", 1))
         print(f"[parity] === {spec} ({time.time() - t_start:.0f}s)", flush=True)
-        rec = dict(config=spec, kwargs={k: v for k, v in CONFIGS[name].items()})
+        rec = dict(config=spec, kwargs={k: v for k, v in CONFIGS[name].items()})  # _test_hooks included
         try:
             got = run_config(name, target, draft, prompts[variant], args.max_new_tokens)
             rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))

@@ -2,7 +2,8 @@
 
 The "succ" models (``_generated_models.write_succ_pair``: attention and MLP outputs zeroed, so the target's
 greedy next token is exactly ``succ[current]``, a table read off the saved weights) and the TEST-ONLY draft
-oracle (``SGLANG_DDTREE_TEST_DRAFT_ORACLE``, ``sglang_ddtree.worker.draft_oracle``): each round's draft
+oracle (``ddtree_test_hooks.draft_oracle``, installed on ``DDTreeWorker._draft`` by the test plugin in
+test/_test_plugin when DDTREE_TEST_DRAFT_ORACLE is set, see ``_test_plugin_env.py``): each round's draft
 top-K is replaced by the root's true continuation placed at planned ranks and cut at a planned depth, a
 pure function of (root token, root position, seed). The tree always holds the planned path (budget 64 >=
 D * K), so each round accepts exactly its planned number of drafts, through a non-top-1 sibling at the
@@ -30,6 +31,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _generated_models import BLOCK_SIZE, VOCAB  # noqa: E402
+from _test_plugin_env import plugin_env, without_test_vars  # noqa: E402  (also puts the plugin on sys.path)
 
 pytestmark = pytest.mark.gpu
 
@@ -61,7 +63,7 @@ def successor_chain(prompt, succ, length: int = MAX_NEW_TOKENS):
 
 def planned_rounds(prompt, output_ids):
     """[(accepted drafts, branch depth, branch rank)] of every round the scheduler counts."""
-    from sglang_ddtree.worker.draft_oracle import max_branch_rank, replay_rounds
+    from ddtree_test_hooks.draft_oracle import max_branch_rank, replay_rounds
 
     return replay_rounds(output_ids, len(prompt), MAX_NEW_TOKENS, seed=ORACLE_SEED, max_accept=MAX_DEPTH,
                          max_rank=max_branch_rank(TOPK, BUDGET, MAX_DEPTH))
@@ -89,8 +91,7 @@ import json, os, sys
 
 
 def main():  # guarded: SGLang spawns its scheduler, which re-imports this file as __mp_main__
-    flags, prompts, env = (json.loads(a) for a in sys.argv[1:4])
-    os.environ.update(env)  # before the Engine: its scheduler subprocess inherits it
+    flags, prompts = (json.loads(a) for a in sys.argv[1:3])
     import sglang
 
     engine = sglang.Engine(**flags)
@@ -109,12 +110,12 @@ if __name__ == "__main__":
 
 
 def _run_engine(tmp, name, flags, prompts, env):
+    """``env``: variables added to the engine process's environment at its start (PYTHONPATH too, so the
+    process and the scheduler it spawns, which copies its sys.path, both find the test plugin)."""
     script = tmp / "run_engine.py"
     script.write_text(ENGINE_SCRIPT)
-    clean = {k: v for k, v in os.environ.items() if k not in ("SGLANG_DDTREE_TEST_DRAFT_ORACLE",
-                                                              "SGLANG_DDTREE_TEST_REVERSE_RANKS")}
-    proc = subprocess.run([sys.executable, str(script), json.dumps(flags), json.dumps(prompts), json.dumps(env)],
-                          capture_output=True, text=True, timeout=600, env=clean)
+    proc = subprocess.run([sys.executable, str(script), json.dumps(flags), json.dumps(prompts)],
+                          capture_output=True, text=True, timeout=600, env=dict(without_test_vars(), **env))
     log = proc.stdout + proc.stderr
     (tmp / f"{name}.log").write_text(log)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -136,7 +137,7 @@ def runs(tmp_path_factory):
     plain, _ = _run_engine(tmp, "plain", dict(COMMON, model_path=target), prompts, {})
     dd, dd_log = _run_engine(tmp, "ddtree", dict(COMMON, **DDTREE, model_path=target,
                                                  speculative_draft_model_path=draft),
-                             prompts, {"SGLANG_DDTREE_TEST_DRAFT_ORACLE": str(oracle_json)})
+                             prompts, plugin_env(draft_oracle=str(oracle_json)))
     return dict(succ=succ, prompts=prompts, plain=plain, dd=dd, dd_log=dd_log, tmp=tmp)
 
 
@@ -163,7 +164,7 @@ def test_ddtree_output_equals_plain(runs):
 def test_oracle_active_and_accept_lengths_cover_every_depth(runs):
     assert ORACLE_BANNER in runs["dd_log"], (
         f"no '{ORACLE_BANNER}' warning in the DDTREE engine log ({runs['tmp'] / 'ddtree.log'}): "
-        "SGLANG_DDTREE_TEST_DRAFT_ORACLE did not reach the scheduler process")
+        "the test plugin's DDTREE_TEST_DRAFT_ORACLE hook did not run in the scheduler process")
     total = [0] * (MAX_DEPTH + 1)
     for i, rec in enumerate(runs["dd"]):
         meta = rec["meta_info"]

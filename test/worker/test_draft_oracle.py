@@ -1,11 +1,15 @@
-"""CPU: the TEST-ONLY draft oracle (``sglang_ddtree.worker.draft_oracle``) builds what it promises.
+"""CPU: the TEST-ONLY draft oracle and the test plugin that carries it (``test/_test_plugin``).
 
-Per position: log-probs sorted descending and <= 0, ids distinct and in the vocabulary; the true
-continuation at the planned rank up to the cut and absent at the cut depth. Through the worker's tree
-builder (``tree_api.build_tree``) and a greedy acceptance walk against the successor map, every round
-accepts exactly its planned number of drafts, through its planned sibling; across many (root, position)
-pairs the plans cover every accept length 0..D and every branch depth and rank. The knob parsing (the
-removed SGLANG_DDTREE_TREE_IMPL included), the JSON loader, and the GPU test's exact scenario
+The oracle (``ddtree_test_hooks.draft_oracle``) builds what it promises. Per position: log-probs sorted
+descending and <= 0, ids distinct and in the vocabulary; the true continuation at the planned rank up to
+the cut and absent at the cut depth. Through the worker's tree builder (``tree_api.build_tree``) and a
+greedy acceptance walk against the successor map, every round accepts exactly its planned number of
+drafts, through its planned sibling; across many (root, position) pairs the plans cover every accept
+length 0..D and every branch depth and rank. The plugin: its environment parsing, that it registers
+nothing without its variables, its DRAFT / VERIFY / BUILD hooks on stand-in worker objects (fakes: these
+check the hooks' own logic, not SGLang), and once for real in a subprocess: SGLang's ``load_plugins()``
+finds the entry point through ``_test_plugin_env`` and wraps ``DDTreeWorker._draft`` / ``_verify`` and the
+worker's ``verify_topology``, whose corrupted CPU output is checked. Finally the GPU test's exact scenario
 (``test_accept_coverage_gpu.py``) replayed on CPU with the generated "succ" models: the model is
 context-free and the replay covers every accept length and branch depth.
 """
@@ -13,18 +17,22 @@ context-free and the replay covers every accept length and branch depth.
 import collections
 import json
 import os
+import subprocess
 import sys
+import types
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _test_plugin_env import PLUGIN_DIR, TEST_VARS, plugin_env, process_env, without_test_vars  # noqa: E402
 from _worker_oracles import accept_walk  # noqa: E402
 
-from sglang_ddtree.worker.debug import WorkerKnobs  # noqa: E402
-from sglang_ddtree.worker.draft_oracle import (DraftOracle, load_draft_oracle, max_branch_rank,  # noqa: E402
-                                               oracle_plan, oracle_topk, replay_rounds, true_continuation)
-from sglang_ddtree.worker.geometry import RoundGeometry  # noqa: E402
+from ddtree_test_hooks import hooks as test_hooks  # noqa: E402
+from ddtree_test_hooks.draft_oracle import (DraftOracle, load_draft_oracle, max_branch_rank,  # noqa: E402
+                                            oracle_plan, oracle_topk, replay_rounds, true_continuation)
+from ddtree_test_hooks.env import HookEnv  # noqa: E402
+from sglang_ddtree.config import DDTreeConfig  # noqa: E402
 from sglang_ddtree.worker.tree_api import build_tree, fill_root  # noqa: E402
 
 V = 97
@@ -97,7 +105,7 @@ def test_trees_accept_exactly_the_plan(depth, topk, budget):
     == plan.cut, and the accepted node at the branch depth is that depth's rank-r candidate."""
     succ = _succ()
     roots, pos = _inputs(256)
-    g = RoundGeometry(budget=budget, topk=topk, block_size=depth + 1)
+    g = DDTreeConfig(budget=budget, topk=topk, block_size=depth + 1)
     oracle = DraftOracle(succ.tolist(), seed=3, block_size=g.block_size, topk=topk, budget=budget,
                          max_accept=g.max_depth, device="cpu")
     lp, ids = oracle(roots, pos)
@@ -148,30 +156,43 @@ def test_replay_rounds_walks_the_output():
     assert i + 1 >= 40 and sum(c + 1 for c, _, _ in rounds[:-1]) + 1 < 40
 
 
-def test_knob_and_loader(tmp_path, monkeypatch):
-    for var in ("SGLANG_DDTREE_TEST_DRAFT_ORACLE", "SGLANG_DDTREE_TEST_REVERSE_RANKS", "SGLANG_DDTREE_TREE_IMPL"):
-        monkeypatch.delenv(var, raising=False)
-    assert WorkerKnobs.from_env().draft_oracle_path == ""
+def test_hook_env_parsing(tmp_path):
+    assert HookEnv.from_env({}) == HookEnv() and not HookEnv().any
+    spec = tmp_path / "oracle.json"
+    spec.write_text("{}")
+    env = HookEnv.from_env({"DDTREE_TEST_DRAFT_ORACLE": str(spec), "DDTREE_TEST_VERIFY_DUMP": " /x ",
+                            "DDTREE_TEST_VERIFY_DUMP_ROUNDS": "7", "DDTREE_TEST_CORRUPT_MASK": "causal"})
+    assert (env.draft_oracle, env.verify_dump, env.verify_dump_rounds, env.corrupt_mask) == (str(spec), "/x", 7, "causal")
+    assert env.any and HookEnv.from_env({"DDTREE_TEST_REVERSE_RANKS": "1"}).reverse_ranks
+    assert not HookEnv.from_env({"DDTREE_TEST_REVERSE_RANKS": "0"}).any
+    for bad, match in (({"DDTREE_TEST_DRAFT_ORACLE": str(spec), "DDTREE_TEST_REVERSE_RANKS": "1"}, "exclude each other"),
+                       ({"DDTREE_TEST_DRAFT_ORACLE": str(tmp_path / "missing.json")}, "not a file"),
+                       ({"DDTREE_TEST_CORRUPT_MASK": "random"}, "modes are"),
+                       ({"DDTREE_TEST_VERIFY_DUMP_ROUNDS": "0"}, ">= 1"),
+                       ({"DDTREE_TEST_REVERSE_RANKS": "maybe"}, "use 1 or 0")):
+        with pytest.raises(ValueError, match=match):
+            HookEnv.from_env(bad)
+
+
+def test_plugin_env_helper(tmp_path):
+    base = {"PYTHONPATH": "/a:/b", "DDTREE_TEST_REVERSE_RANKS": "1", "SGLANG_PLUGINS": "ddtree"}
+    env = plugin_env(verify_dump=str(tmp_path), corrupt_mask="causal", base=base)
+    assert env["PYTHONPATH"].split(os.pathsep) == [PLUGIN_DIR, "/a", "/b"]
+    assert env["DDTREE_TEST_REVERSE_RANKS"] == "" and env["DDTREE_TEST_VERIFY_DUMP"] == str(tmp_path)
+    assert env["SGLANG_PLUGINS"] == "ddtree,ddtree_test"
+    assert HookEnv.from_env(dict(base, **env)) == HookEnv(verify_dump=str(tmp_path), corrupt_mask="causal")
+    assert "SGLANG_PLUGINS" not in plugin_env(base={})
+    with pytest.raises(ValueError, match="exclude"):
+        plugin_env(reverse_ranks=True, draft_oracle=__file__, base={})
+    assert without_test_vars(dict(base, DDTREE_TEST_VERIFY_DUMP="x")) == {"PYTHONPATH": "/a:/b",
+                                                                          "SGLANG_PLUGINS": "ddtree"}
+    assert os.path.isfile(os.path.join(PLUGIN_DIR, "ddtree_test_hooks-0.0.0.dist-info", "entry_points.txt"))
+
+
+def test_loader(tmp_path):
     spec = tmp_path / "oracle.json"
     spec.write_text(json.dumps({"successor": _succ().tolist(), "seed": 4}))
-    monkeypatch.setenv("SGLANG_DDTREE_TEST_DRAFT_ORACLE", str(spec))
-    assert WorkerKnobs.from_env().draft_oracle_path == str(spec)
-    monkeypatch.setenv("SGLANG_DDTREE_TEST_REVERSE_RANKS", "1")
-    with pytest.raises(ValueError, match="exclude each other"):
-        WorkerKnobs.from_env()
-    monkeypatch.delenv("SGLANG_DDTREE_TEST_REVERSE_RANKS")
-    monkeypatch.setenv("SGLANG_DDTREE_TEST_DRAFT_ORACLE", str(tmp_path / "missing.json"))
-    with pytest.raises(ValueError, match="not a file"):
-        WorkerKnobs.from_env()
-    monkeypatch.delenv("SGLANG_DDTREE_TEST_DRAFT_ORACLE")
-    for stale in ("stopgap", "package"):  # the removed tree-builder knob stops the worker, never ignored
-        monkeypatch.setenv("SGLANG_DDTREE_TREE_IMPL", stale)
-        with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_IMPL.*removed"):
-            WorkerKnobs.from_env()
-    monkeypatch.delenv("SGLANG_DDTREE_TREE_IMPL")
-    assert WorkerKnobs.from_env() == WorkerKnobs()
-
-    g = RoundGeometry(budget=64, topk=4, block_size=8)
+    g = DDTreeConfig(budget=64, topk=4, block_size=8)
     oracle = load_draft_oracle(str(spec), g, vocab_size=V, device="cpu")
     assert (oracle.seed, oracle.depth, oracle.topk, oracle.max_accept, oracle.max_rank) == (4, 7, 4, 7, 3)
     assert "branch ranks 1..3" in oracle.describe()
@@ -182,6 +203,142 @@ def test_knob_and_loader(tmp_path, monkeypatch):
         bad.write_text(json.dumps(content))
         with pytest.raises(ValueError):
             load_draft_oracle(str(bad), g, vocab_size=V, device="cpu")
+
+
+# ---- the plugin's hooks ---------------------------------------------------------------------------
+def test_register_installs_only_what_is_asked(monkeypatch, tmp_path):
+    """register() with no DDTREE_TEST_* variable registers no hook; with some, exactly those (AFTER)."""
+    import ddtree_test_hooks
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    calls = []
+    monkeypatch.setattr(HookRegistry, "register", classmethod(lambda cls, *a, **k: calls.append(a)))
+    for var in TEST_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
+    ddtree_test_hooks.register()
+    ddtree_test_hooks.register()
+    assert calls == []
+    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
+    monkeypatch.setenv("DDTREE_TEST_REVERSE_RANKS", "1")
+    monkeypatch.setenv("DDTREE_TEST_VERIFY_DUMP", str(tmp_path))
+    ddtree_test_hooks.register()
+    ddtree_test_hooks.register()  # idempotent
+    assert calls == [("sglang_ddtree.worker.worker.DDTreeWorker._draft", test_hooks.after_draft_reverse_ranks,
+                      HookType.AFTER),
+                     ("sglang_ddtree.worker.worker.DDTreeWorker._verify", test_hooks.after_verify_dump,
+                      HookType.AFTER)]
+    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
+
+
+def _fake_worker(config):
+    """A stand-in with the attributes the hooks read (a fake: checks the hooks, not the worker)."""
+    mc = types.SimpleNamespace(vocab_size=V)
+    return types.SimpleNamespace(config=config, device="cpu", ps=types.SimpleNamespace(tp_rank=0),
+                                 target_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(model_config=mc)),
+                                 server_args=types.SimpleNamespace(attention_backend="triton"))
+
+
+def test_draft_hooks(tmp_path):
+    spec = tmp_path / "oracle.json"
+    succ = _succ()
+    spec.write_text(json.dumps({"successor": succ.tolist(), "seed": 3}))
+    test_hooks.configure(HookEnv(draft_oracle=str(spec)))
+    cfg = DDTreeConfig(budget=64, topk=4, block_size=8)
+    worker = _fake_worker(cfg)
+    roots, pos = _inputs(6)
+    batch, draft_input = types.SimpleNamespace(seq_lens=pos), types.SimpleNamespace(bonus_tokens=roots)
+    drafted = (torch.zeros(6, 7, 4), torch.zeros(6, 7, 4, dtype=torch.int64))
+    lp, ids = test_hooks.after_draft_oracle(drafted, worker, batch, draft_input, 6, None)
+    want = DraftOracle(succ.tolist(), seed=3, block_size=8, topk=4, budget=64, max_accept=cfg.max_depth,
+                       device="cpu")(roots, pos)
+    assert torch.equal(lp, want[0]) and torch.equal(ids, want[1])
+    cached = worker._ddtree_test_oracle
+    test_hooks.after_draft_oracle(drafted, worker, batch=batch, draft_input=draft_input, bs=6, host=None)
+    assert worker._ddtree_test_oracle is cached  # built once per worker
+    legacy = _fake_worker(None)  # a worker that still calls its round config .geometry
+    legacy.geometry = cfg
+    assert torch.equal(test_hooks.after_draft_oracle(drafted, legacy, batch, draft_input, 6, None)[1], want[1])
+    ids = torch.arange(24).view(1, 6, 4)
+    out = test_hooks.after_draft_reverse_ranks((drafted[0][:1, :6], ids), worker, batch, draft_input, 1, None)
+    assert out[1].tolist() == ids.flip(-1).tolist() and out[0] is not None
+
+
+def test_verify_dump_hook(tmp_path):
+    test_hooks.configure(HookEnv(verify_dump=str(tmp_path / "dump"), verify_dump_rounds=2))
+    worker, bs, n, vocab = _fake_worker(DDTreeConfig(budget=3, topk=2, block_size=4)), 2, 4, 11
+    verify_input = types.SimpleNamespace(
+        draft_token_num=n, draft_token=torch.arange(bs * n), positions=torch.arange(bs * n) + 5,
+        retrieve_next_token=torch.tensor([[1, 3, -1, -1], [1, -1, -1, -1]]),
+        retrieve_next_sibling=torch.tensor([[-1, 2, -1, -1], [-1, -1, -1, -1]]))
+    batch = types.SimpleNamespace(reqs=[types.SimpleNamespace(rid="a"), types.SimpleNamespace(rid="b")],
+                                  seq_lens=torch.tensor([5, 9]))
+    exact = torch.randn(bs * n + 3, vocab).to(torch.bfloat16).float()  # 3 padded rows (CUDA-graph bs)
+    for k in range(3):
+        logits = exact if k == 0 else exact + 1e-3  # round 1: not bf16-exact, kept as float32
+        out = types.SimpleNamespace(next_token_logits=logits)
+        assert test_hooks.after_verify_dump((out, None, k == 0), worker, batch, verify_input, None, None, 0) is None
+    files = sorted(os.listdir(tmp_path / "dump"))
+    assert files == ["round_000.pt", "round_001.pt"]  # only the first verify_dump_rounds rounds
+    r0, r1 = (torch.load(tmp_path / "dump" / f, weights_only=True) for f in files)
+    assert r0["rids"] == ["a", "b"] and r0["n"] == n and r0["prefix_lens"].tolist() == [5, 9]
+    assert r0["tokens"].tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and r0["positions"].shape == (bs, n)
+    assert r0["next_token"].tolist() == verify_input.retrieve_next_token.tolist()
+    assert r0["logits"].dtype == torch.bfloat16 and torch.equal(r0["logits"].float().view(-1, vocab), exact[: bs * n])
+    assert r1["logits"].dtype == torch.float32 and r0["cuda_graph"] and not r1["cuda_graph"]
+    assert r0["attention_backend"] == "triton" and (r0["round"], r1["round"]) == (0, 1)
+
+
+def test_corrupt_topology_hook():
+    from ddtree_test_hooks import verify_check
+
+    test_hooks.configure(HookEnv(corrupt_mask="causal"))
+    tree = types.SimpleNamespace(token_ids=torch.zeros(2, 3, dtype=torch.int64))
+    prefix = torch.tensor([2, 1])
+    mask = torch.zeros(3 * (2 + 3) + 3 * (1 + 3), dtype=torch.bool)
+    out = test_hooks.after_verify_topology_corrupt((mask, "pos", "idx", "next", "sib"), tree, prefix, 99)
+    assert out[1:] == ("pos", "idx", "next", "sib") and test_hooks._STATE["corrupted"] == 1
+    assert torch.equal(verify_check.tree_part(out[0], prefix, 3), torch.ones(2, 3, 3, dtype=torch.bool).tril())
+    assert not mask.any(), "the hook must not write into the worker's mask buffer"
+
+
+def test_sglang_loads_the_test_plugin(tmp_path):
+    """For real (no fakes), in a fresh process with ``_test_plugin_env``'s environment: SGLang's
+    ``load_plugins()`` discovers the ``ddtree_test`` entry point and applies its hooks to the worker
+    module; the worker's ``verify_topology`` (the tree package's CPU path) then returns a mask whose tree
+    part is causal over rows, prefix columns untouched. (The production plugin loads alongside.)"""
+    script = r"""
+import json, sys, torch
+from importlib.metadata import entry_points
+eps = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
+from sglang.srt.plugins import load_plugins
+load_plugins()
+import sglang_ddtree.worker.worker as w
+from sglang_ddtree.tree.reference import build_tree_torch, build_verify_topology_torch
+from ddtree_test_hooks import verify_check
+lp = torch.tensor([[[-0.1, -0.2], [-0.3, -0.4]]] * 2)
+ids = torch.tensor([[[5, 6], [7, 8]]] * 2)
+tree = build_tree_torch(lp, ids, 4)
+prefix = torch.tensor([3, 2])
+mask = w.verify_topology(tree, prefix, 5)[0]
+clean = build_verify_topology_torch(tree, prefix, 5).custom_mask
+print("RESULT " + json.dumps(dict(
+    eps=eps, draft=hasattr(w.DDTreeWorker._draft, "__wrapped__"), verify=hasattr(w.DDTreeWorker._verify, "__wrapped__"),
+    topology=hasattr(w.verify_topology, "__wrapped__"),
+    causal=bool(torch.equal(verify_check.tree_part(mask, prefix, 5), torch.ones(2, 5, 5, dtype=torch.bool).tril())),
+    clean_differs=bool(not torch.equal(verify_check.tree_part(clean, prefix, 5), torch.ones(2, 5, 5, dtype=torch.bool).tril())),
+    rest_same=bool(torch.equal(mask | verify_check.tree_part_mask(prefix, 5, mask.numel()), clean | verify_check.tree_part_mask(prefix, 5, mask.numel()))))))
+"""
+    env = process_env(reverse_ranks=True, verify_dump=str(tmp_path / "dump"), corrupt_mask="causal")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=str(tmp_path))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-6000:]
+    res = json.loads(lines[-1][len("RESULT "):])
+    assert res["eps"].get("ddtree_test") == "ddtree_test_hooks:register", res["eps"]
+    assert res["draft"] and res["verify"] and res["topology"], res
+    assert res["causal"] and res["clean_differs"] and res["rest_same"], res
+    assert "DDTREE TEST HOOKS REGISTERED" in proc.stderr + proc.stdout
 
 
 # ---- the GPU test's scenario, on CPU -------------------------------------------------------------

@@ -4,13 +4,17 @@ Runs ``scripts/device/ddtree_parity.py`` (one engine per configuration, in a sub
 scheduler takes its parent process with it) on tiny random bf16 models that a module fixture writes to a
 tmp dir with the project's own reference code (``_generated_models.py``: ``sharp/`` and ``bias/`` laid
 out as ddtree_parity.py's MODEL_DIRS expects; test_generated_models.py checks them on CPU). Set
-``SGLANG_DDTREE_TEST_MODELS`` to a directory of the same layout (e.g. make_tiny_models.py's output) to
+``DDTREE_TEST_MODELS`` to a directory of the same layout (e.g. make_tiny_models.py's output) to
 use other models instead.
 Sharp models: exact parity required (but their attention barely moves the logits, so a wrong tree mask
 could pass). Bias models: attention matters, but bf16 near-ties make even plain batched vs single runs
 differ, so DDTREE must agree with plain on at least as many prompts as upstream DFLASH (same drafter,
 chain verify) does, up to a slack of 2 prompts; a wrong mask or misplaced KV diverges almost everywhere.
 (Seen on the H200: DDTREE budget 64 and DFLASH had identical divergence positions and accept lengths.)
+``dd_triton_b64_reversed`` reverses the drafter's top-K order through the TEST-ONLY plugin in test/_test_plugin
+(DDTREE_TEST_REVERSE_RANKS; ddtree_parity.py puts the plugin on the engine's sys.path): acceptance must walk
+past first children and the output must stay exact. None of these models checks the tree mask node by node:
+test_verify_logits_gpu.py does.
 """
 
 import json
@@ -30,8 +34,8 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def models_root(tmp_path_factory):
-    """``SGLANG_DDTREE_TEST_MODELS`` if set, else freshly generated models (about a second on CPU)."""
-    override = os.environ.get("SGLANG_DDTREE_TEST_MODELS")
+    """``DDTREE_TEST_MODELS`` if set, else freshly generated models (about a second on CPU)."""
+    override = os.environ.get("DDTREE_TEST_MODELS")
     if override:
         return override
     return generate_models(str(tmp_path_factory.mktemp("ddtree_models")))

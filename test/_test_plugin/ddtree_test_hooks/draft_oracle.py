@@ -1,5 +1,7 @@
 """TEST-ONLY draft oracle: replaces the drafter's top-K with a planned one (DRAFT step of the round).
 
+Part of the test plugin ``ddtree_test_hooks`` (not of the sglang_ddtree wheel); pure PyTorch.
+
 For a target whose greedy next token depends on the current token only (``next = succ[current]``,
 e.g. ``test/worker/_generated_models.py``'s "succ" models), the true continuation of a round's root
 (bonus) token is known: c_1 = succ[root], c_d = succ[c_{d-1}]. Per request and round a pseudo-random
@@ -10,11 +12,11 @@ plan, a pure function of (root token, root position, seed), picks
 Other slots hold distinct filler tokens (never the true token of their depth). Log-probs (sorted
 descending, <= 0) make the "cheap" ranks (rank 0 everywhere, ranks 0..r at depth b) beat every other
 choice and number at most D * (r + 1) <= budget prefixes, so the best-``budget`` tree always holds the
-true path: accept lengths and sibling walks are planned, not left to the drafter. The worker applies it
-eagerly right after the draft forward (after any draft CUDA-graph replay, whose static buffers stay
-untouched), so it works with and without CUDA graphs: pure tensor ops, no host sync, no per-round Python
-randomness. Enabled only by SGLANG_DDTREE_TEST_DRAFT_ORACLE (``debug.WorkerKnobs``), read once at worker
-start-up; off, it costs one ``is None`` check per round. Output stays lossless whatever the plan.
+true path: accept lengths and sibling walks are planned, not left to the drafter. The test plugin applies it
+eagerly in an AFTER hook of ``DDTreeWorker._draft`` (after any draft CUDA-graph replay, whose static buffers
+stay untouched), so it works with and without CUDA graphs: pure tensor ops, no host sync, no per-round Python
+randomness. Enabled only by DDTREE_TEST_DRAFT_ORACLE (``ddtree_test_hooks.env``); unset, the hook is not
+even registered and production pays nothing. Output stays lossless whatever the plan.
 """
 
 from __future__ import annotations
@@ -130,9 +132,9 @@ class DraftOracle:
             spec = json.load(f)
         succ = spec.get("successor") if isinstance(spec, dict) else None
         if not isinstance(succ, list) or len(succ) < 2 or not all(isinstance(t, int) for t in succ):
-            raise ValueError(f"SGLANG_DDTREE_TEST_DRAFT_ORACLE={path}: need {{'successor': [V ints], 'seed': int}}.")
+            raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: need {{'successor': [V ints], 'seed': int}}.")
         if min(succ) < 0 or max(succ) >= len(succ):
-            raise ValueError(f"SGLANG_DDTREE_TEST_DRAFT_ORACLE={path}: successor ids must lie in [0, {len(succ)}).")
+            raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: successor ids must lie in [0, {len(succ)}).")
         return cls(succ, seed=int(spec.get("seed", 0)), **kwargs)
 
     @property
@@ -170,15 +172,16 @@ def replay_rounds(output_ids: Sequence[int], prompt_len: int, max_new_tokens: in
 
 
 def load_draft_oracle(path: str, geometry, *, vocab_size: int, device) -> DraftOracle:
-    """The worker's oracle for SGLANG_DDTREE_TEST_DRAFT_ORACLE=``path`` (read once, at worker start-up)."""
+    """The worker's oracle for DDTREE_TEST_DRAFT_ORACLE=``path`` (built once per worker, by the hook).
+    ``geometry``: the worker's round config (budget, topk, block_size, max_depth)."""
     oracle = DraftOracle.from_json(path, block_size=geometry.block_size, topk=geometry.topk,
                                    budget=geometry.budget, max_accept=geometry.max_depth, device=device)
     if oracle.vocab_size > int(vocab_size):
-        raise ValueError(f"SGLANG_DDTREE_TEST_DRAFT_ORACLE={path}: successor table covers {oracle.vocab_size} "
+        raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: successor table covers {oracle.vocab_size} "
                          f"tokens, the target's vocabulary only {vocab_size}.")
     if geometry.topk >= oracle.vocab_size:
-        raise ValueError(f"SGLANG_DDTREE_TEST_DRAFT_ORACLE={path}: topk {geometry.topk} >= vocab {oracle.vocab_size}.")
-    logger.warning("!!! DDTREE TEST DRAFT ORACLE ACTIVE (SGLANG_DDTREE_TEST_DRAFT_ORACLE=%s): the drafter's top-K "
+        raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: topk {geometry.topk} >= vocab {oracle.vocab_size}.")
+    logger.warning("!!! DDTREE TEST DRAFT ORACLE ACTIVE (DDTREE_TEST_DRAFT_ORACLE=%s): the drafter's top-K "
                    "is REPLACED by a plan built from a known successor table (%s). For tests only: unset it "
                    "for real serving. !!!", path, oracle.describe())
     return oracle

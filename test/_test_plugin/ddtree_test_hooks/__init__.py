@@ -1,0 +1,61 @@
+"""TEST-ONLY SGLang plugin of sglang-ddtree's test suite: hooks on the DDTREE worker, from outside.
+
+Found by SGLang's own plugin loader (entry point ``ddtree_test`` of group ``sglang.srt.plugins``,
+declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in every process whose
+``sys.path`` holds ``test/_test_plugin`` (``test/worker/_test_plugin_env.py`` builds that environment).
+``register`` reads ``env`` once and registers, through ``HookRegistry``, only the hooks asked for:
+  DRAFT   AFTER ``DDTreeWorker._draft``: the draft oracle's plan, or the top-K order reversed;
+  BUILD   AFTER ``worker.verify_topology``: the FULL_MASK's tree part corrupted (control of a test);
+  VERIFY  AFTER ``DDTreeWorker._verify``: the first rounds' trees and verify logits saved to disk.
+With none of the variables set it registers nothing. The production package knows none of this.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+WORKER = "sglang_ddtree.worker.worker"
+DRAFT_TARGET = f"{WORKER}.DDTreeWorker._draft"
+VERIFY_TARGET = f"{WORKER}.DDTreeWorker._verify"
+TOPOLOGY_TARGET = f"{WORKER}.verify_topology"  # the worker's own binding (``from ... import verify_topology``)
+
+_registered = None  # the HookEnv registered in this process, once
+
+
+def planned_hooks(env) -> list:
+    """[(target, hook function)] that ``env`` (a ``HookEnv``) asks for, all of type AFTER."""
+    from ddtree_test_hooks import hooks
+
+    out = []
+    if env.draft_oracle:
+        out.append((DRAFT_TARGET, hooks.after_draft_oracle))
+    if env.reverse_ranks:
+        out.append((DRAFT_TARGET, hooks.after_draft_reverse_ranks))
+    if env.corrupt_mask:
+        out.append((TOPOLOGY_TARGET, hooks.after_verify_topology_corrupt))
+    if env.verify_dump:
+        out.append((VERIFY_TARGET, hooks.after_verify_dump))
+    return out
+
+
+def register() -> None:
+    """Entry point: register the hooks the environment asks for (idempotent; nothing when none)."""
+    global _registered
+    if _registered is not None:
+        return
+    from ddtree_test_hooks import hooks
+    from ddtree_test_hooks.env import HookEnv
+
+    env = HookEnv.from_env()
+    _registered = env
+    if not env.any:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    hooks.configure(env)
+    for target, fn in planned_hooks(env):
+        HookRegistry.register(target, fn, HookType.AFTER)
+    logger.warning("!!! DDTREE TEST HOOKS REGISTERED (%s): for tests only. !!!",
+                   ", ".join(f"{t.rsplit('.', 1)[-1]}:{f.__name__}" for t, f in planned_hooks(env)))

@@ -1,0 +1,58 @@
+"""The test hooks' environment variables, read in this one module (once, by ``register``).
+
+DDTREE_TEST_DRAFT_ORACLE=<json path>   replace the drafter's top-K by ``draft_oracle``'s plan
+DDTREE_TEST_REVERSE_RANKS=1            reverse the drafter's top-K token order (log-probs stay sorted)
+DDTREE_TEST_VERIFY_DUMP=<dir>          save each of the first rounds' verify inputs and logits there
+DDTREE_TEST_VERIFY_DUMP_ROUNDS=<int>   how many rounds to save (default 4)
+DDTREE_TEST_CORRUPT_MASK=<mode>        rewrite the tree part of the verify FULL_MASK (modes: ``causal``)
+Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+DRAFT_ORACLE = "DDTREE_TEST_DRAFT_ORACLE"
+REVERSE_RANKS = "DDTREE_TEST_REVERSE_RANKS"
+VERIFY_DUMP = "DDTREE_TEST_VERIFY_DUMP"
+VERIFY_DUMP_ROUNDS = "DDTREE_TEST_VERIFY_DUMP_ROUNDS"
+CORRUPT_MASK = "DDTREE_TEST_CORRUPT_MASK"
+ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK)
+CORRUPT_MODES = ("causal",)
+DEFAULT_DUMP_ROUNDS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class HookEnv:
+    draft_oracle: str = ""
+    reverse_ranks: bool = False
+    verify_dump: str = ""
+    verify_dump_rounds: int = DEFAULT_DUMP_ROUNDS
+    corrupt_mask: str = ""
+
+    @property
+    def any(self) -> bool:
+        return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask)
+
+    @classmethod
+    def from_env(cls, environ=None) -> "HookEnv":
+        env = os.environ if environ is None else environ
+        get = lambda name: env.get(name, "").strip()  # noqa: E731
+        reverse = get(REVERSE_RANKS).lower()
+        if reverse not in ("", "0", "1", "true", "false", "yes", "no"):
+            raise ValueError(f"{REVERSE_RANKS}={reverse!r}: use 1 or 0.")
+        out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
+                  verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK))
+        if out.draft_oracle and out.reverse_ranks:
+            raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
+        if out.draft_oracle and not os.path.isfile(out.draft_oracle):
+            raise ValueError(f"{DRAFT_ORACLE}={out.draft_oracle!r} is not a file.")
+        if out.corrupt_mask and out.corrupt_mask not in CORRUPT_MODES:
+            raise ValueError(f"{CORRUPT_MASK}={out.corrupt_mask!r}: modes are {', '.join(CORRUPT_MODES)}.")
+        rounds = get(VERIFY_DUMP_ROUNDS)
+        if rounds:
+            if not rounds.isdigit() or int(rounds) < 1:
+                raise ValueError(f"{VERIFY_DUMP_ROUNDS}={rounds!r}: need an integer >= 1.")
+            out = dataclasses.replace(out, verify_dump_rounds=int(rounds))
+        return out

@@ -1,0 +1,118 @@
+"""The test hooks themselves (AFTER hooks of ``HookRegistry``: ``fn(result, *args, **kwargs)``).
+
+Each reads its settings from ``configure``'s ``HookEnv``; none runs unless ``register`` installed it.
+  after_draft_oracle            DRAFT: (log_probs, ids) := the oracle's plan for (roots, root positions);
+                                the oracle is built once per worker, on its first round, and cached on it
+  after_draft_reverse_ranks     DRAFT: ids := ids.flip(-1) (the tree favours the drafter's worst ranks)
+  after_verify_topology_corrupt BUILD: the FULL_MASK's tree part rewritten (``verify_check.corrupt_full_mask``)
+  after_verify_dump             VERIFY: the first rounds' trees and logits saved (``verify_check`` reads them);
+                                copies to the host, i.e. syncs: tests only
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from ddtree_test_hooks import verify_check
+
+logger = logging.getLogger(__name__)
+
+_ENV = None
+_STATE = {"dumped": 0, "corrupted": 0}
+ORACLE_BANNER = "DDTREE TEST DRAFT ORACLE ACTIVE"
+DUMP_FORMAT = 1
+
+
+def configure(env) -> None:
+    global _ENV
+    _ENV = env
+    _STATE.update(dumped=0, corrupted=0)
+
+
+def _arg(args, kwargs, index: int, name: str):
+    """Argument ``name`` of the hooked method (after ``self``), passed by position or keyword."""
+    return kwargs[name] if name in kwargs else args[index]
+
+
+def round_config(worker):
+    """The worker's frozen round config: ``worker.config`` (a ``DDTreeConfig``) or, in older trees,
+    ``worker.geometry``; anything with budget, topk, block_size and max_depth."""
+    for name in ("config", "geometry"):
+        obj = getattr(worker, name, None)
+        if obj is not None and all(hasattr(obj, f) for f in ("budget", "topk", "block_size", "max_depth")):
+            return obj
+    raise RuntimeError("DDTREE test hooks: the worker has neither .config nor .geometry with "
+                       "budget / topk / block_size / max_depth")
+
+
+# ---- DRAFT ---------------------------------------------------------------------------------------
+def _worker_oracle(worker):
+    oracle = worker.__dict__.get("_ddtree_test_oracle")
+    if oracle is None:
+        from ddtree_test_hooks.draft_oracle import load_draft_oracle
+
+        oracle = load_draft_oracle(_ENV.draft_oracle, round_config(worker), device=worker.device,
+                                   vocab_size=worker.target_worker.model_runner.model_config.vocab_size)
+        worker._ddtree_test_oracle = oracle
+    return oracle
+
+
+def after_draft_oracle(result, worker, *args, **kwargs):
+    """Shape: result (log_probs, ids) [bs, L-1, K]; returns the oracle's [bs, L-1, K] pair for the roots
+    (``draft_input.bonus_tokens`` [bs]) at their positions (``batch.seq_lens`` [bs]). Eager, no sync."""
+    batch, draft_input = _arg(args, kwargs, 0, "batch"), _arg(args, kwargs, 1, "draft_input")
+    return _worker_oracle(worker)(draft_input.bonus_tokens, batch.seq_lens)
+
+
+def after_draft_reverse_ranks(result, worker, *args, **kwargs):
+    log_probs, token_ids = result
+    return log_probs, token_ids.flip(-1)
+
+
+# ---- BUILD (verify topology) ---------------------------------------------------------------------
+def after_verify_topology_corrupt(result, tree, prefix_lens, *args, **kwargs):
+    """result = (custom_mask, positions, r_index, r_next, r_sibling); the mask's tree part is rewritten."""
+    mask, *rest = result
+    _STATE["corrupted"] += 1
+    return (verify_check.corrupt_full_mask(mask, prefix_lens, tree.token_ids.shape[1], _ENV.corrupt_mask),
+            *rest)
+
+
+# ---- VERIFY --------------------------------------------------------------------------------------
+def after_verify_dump(result, worker, *args, **kwargs):
+    """Save round k < DDTREE_TEST_VERIFY_DUMP_ROUNDS to ``<dir>/round_<k>.pt`` (tp rank 0 only)."""
+    if _STATE["dumped"] >= _ENV.verify_dump_rounds or getattr(getattr(worker, "ps", None), "tp_rank", 0) != 0:
+        return None
+    batch, verify_input = _arg(args, kwargs, 0, "batch"), _arg(args, kwargs, 1, "verify_input")
+    logits_output, _, can_run_cuda_graph = result
+    n = int(verify_input.draft_token_num)
+    bs = verify_input.draft_token.numel() // n
+    rids = [req.rid for req in batch.reqs]
+    assert len(rids) == bs, (len(rids), bs)
+    logits = logits_output.next_token_logits[: bs * n].detach().float()
+    as_bf16 = logits.to(torch.bfloat16)
+    if torch.equal(as_bf16.float(), logits):  # bf16 LM heads: lossless at half the size
+        logits = as_bf16
+    rec = dict(
+        format=DUMP_FORMAT, round=_STATE["dumped"], rids=rids, n=n,
+        prefix_lens=batch.seq_lens[:bs].to("cpu", torch.int64),  # [bs]
+        tokens=verify_input.draft_token.view(bs, n).to("cpu", torch.int64),  # [bs, N] root first
+        positions=verify_input.positions.view(bs, n).to("cpu", torch.int64),  # [bs, N]
+        next_token=verify_input.retrieve_next_token.view(bs, n).to("cpu", torch.int64),  # [bs, N] -1 none
+        next_sibling=verify_input.retrieve_next_sibling.view(bs, n).to("cpu", torch.int64),
+        logits=logits.view(bs, n, -1).cpu(),  # [bs, N, V] bf16 (exact) or float32
+        cuda_graph=bool(can_run_cuda_graph), corrupted_rounds=_STATE["corrupted"],
+        attention_backend=str(getattr(getattr(worker, "server_args", None), "attention_backend", None)),
+    )
+    os.makedirs(_ENV.verify_dump, exist_ok=True)
+    path = os.path.join(_ENV.verify_dump, f"round_{_STATE['dumped']:03d}.pt")
+    torch.save(rec, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    _STATE["dumped"] += 1
+    if _STATE["dumped"] == 1:
+        logger.warning("!!! DDTREE TEST VERIFY DUMP ACTIVE: saving %d rounds to %s !!!",
+                       _ENV.verify_dump_rounds, _ENV.verify_dump)
+    return None
