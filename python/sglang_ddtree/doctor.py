@@ -4,7 +4,8 @@ One line per check, ``OK`` / ``FAIL`` / ``WARN``, each failure with the fix. The
 when every required check passes. It runs anywhere, including machines without a GPU (where the GPU
 check fails, clearly). Checks: the plugin entry point; SGLang in the supported range; torch and its
 CUDA build against what sglang, sgl-kernel and flashinfer expect; the GPU and the attention backends
-DDTREE can use on it; every upstream symbol our hooks need; modules the server imports at start.
+DDTREE can use on it; every upstream symbol our hooks need; the server's own modules (HTTP server,
+engine, scheduler, model runner, the DDTREE worker), imported with everything they import.
 """
 
 from __future__ import annotations
@@ -23,9 +24,38 @@ from typing import List, Optional
 
 from sglang_ddtree.version import SUPPORTED_SGLANG_SPEC, __version__
 
-# Modules SGLang's server imports at start-up or on the first request; missing ones crash a server
-# seconds after launch (soundfile is the one users hit).
-RUNTIME_MODULES = ("soundfile", "uvicorn", "fastapi", "uvloop", "zmq", "orjson", "xgrammar", "PIL", "openai")
+DESCRIPTION = ("Check the environment a DDTREE deployment needs: one line per check, each failure with its "
+               "fix; exit code 0 only when every required check passes.")
+
+# The server's own modules, imported in a fresh interpreter with everything they import: what fails there
+# crashes `python -m sglang.launch_server` seconds after launch. launch_server imports the HTTP server
+# (which imports the engine and the tokenizer manager); the engine starts the scheduler process (scheduler,
+# model runner, and for DDTREE our worker) and the detokenizer process.
+SERVER_MODULES = (
+    "soundfile",  # needs the libsndfile system library; sglang imports it at start (openai/streaming_asr.py)
+    "sglang.srt.entrypoints.http_server",
+    "sglang.srt.entrypoints.engine",
+    "sglang.srt.managers.tokenizer_manager",
+    "sglang.srt.managers.scheduler",
+    "sglang.srt.managers.detokenizer_manager",
+    "sglang.srt.model_executor.model_runner",
+    "sglang_ddtree.worker",
+)
+# Import names whose pip distribution is named otherwise (the rest install under their import name).
+_PIP_NAMES = {"zmq": "pyzmq", "PIL": "pillow", "yaml": "pyyaml", "multipart": "python-multipart",
+              "cv2": "opencv-python-headless", "sklearn": "scikit-learn", "google": "protobuf"}
+_IMPORT_SCRIPT = r"""
+import importlib, json, sys, warnings
+warnings.simplefilter("ignore")
+results = []
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        results.append([name, None, None, None])
+    except BaseException as e:  # soundfile raises OSError without libsndfile; fastapi a RuntimeError
+        results.append([name, type(e).__name__, str(e).strip(), getattr(e, "name", None)])
+print("\n@@doctor@@" + json.dumps(results))
+"""
 
 # Compute capability -> (architecture, attention backends DDTREE can verify trees with there).
 _GPU_FAMILIES = {
@@ -194,17 +224,38 @@ def check_upstream_symbols() -> Check:
     return Check("upstream symbols", "OK", f"all {checked} resolve{skipped}")
 
 
-def check_runtime_modules() -> Check:
-    bad = []
-    for name in RUNTIME_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # soundfile raises OSError when libsndfile is missing
-            bad.append(f"{name} ({type(e).__name__}: {e})")
-    if bad:
-        return Check("server runtime modules", "FAIL", "missing: " + "; ".join(bad),
-                     "pip install the missing modules (soundfile also needs the libsndfile1 system library)")
-    return Check("server runtime modules", "OK", ", ".join(RUNTIME_MODULES))
+def _import_fix(module: str, error: str, message: str, missing: Optional[str]) -> str:
+    """What to install for one failed import (the missing module's pip name, or what the error names)."""
+    if module == "soundfile" and error == "OSError":
+        return "install the libsndfile system library (apt-get install libsndfile1)"
+    if missing:
+        top = missing.split(".")[0]
+        if top == "sglang" or top == "sglang_ddtree":
+            return f"reinstall {top}: its module {missing} is missing"
+        return f"pip install {_PIP_NAMES.get(top, top)}"
+    named = re.search(r"pip install ([\w.\[\]=<>-]+)", message)  # e.g. fastapi: 'pip install python-multipart'
+    return f"pip install {named.group(1)}" if named else f"fix the import of {module} ({error})"
+
+
+def check_runtime_modules(modules=SERVER_MODULES, timeout: float = 600) -> Check:
+    """Import the server's own modules (``SERVER_MODULES``) in a fresh interpreter, as the server does."""
+    import subprocess
+
+    name = "server runtime modules"
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_SCRIPT, *modules], capture_output=True, text=True,
+                          timeout=timeout)
+    marker = proc.stdout.rfind("@@doctor@@")
+    if marker < 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return Check(name, "FAIL", f"the import interpreter died (exit code {proc.returncode}): {tail}",
+                     "run: python -c 'import sglang.srt.entrypoints.http_server' to see the full error")
+    failed = [r for r in json.loads(proc.stdout[marker + len("@@doctor@@"):]) if r[1] is not None]
+    if failed:
+        fixes = list(dict.fromkeys(_import_fix(*r) for r in failed))  # one fix per missing package, in order
+        detail = "; ".join(f"{m}: {err}: {msg.splitlines()[0] if msg else ''}" for m, err, msg, _ in failed)
+        return Check(name, "FAIL", f"{len(failed)}/{len(modules)} do not import: {detail}",
+                     "; ".join(fixes) + " (then run the doctor again: a module behind it may be missing too)")
+    return Check(name, "OK", f"all {len(modules)} import in a fresh interpreter: {', '.join(modules)}")
 
 
 CHECKS = (check_plugin, check_sglang, check_torch, check_sgl_kernel, check_flashinfer, check_gpu,
@@ -223,7 +274,7 @@ def run_checks() -> List[Check]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_ddtree doctor", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sglang_ddtree doctor", description=DESCRIPTION)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     with warnings.catch_warnings():  # upstream's import-time warnings are noise here

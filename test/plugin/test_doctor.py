@@ -2,6 +2,7 @@
 when all required checks pass, and a clear failure (not a crash) on a machine without a GPU."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -103,3 +104,46 @@ def test_a_crashing_check_is_a_failed_check(monkeypatch):
     monkeypatch.setattr(doctor, "CHECKS", (boom,))
     [result] = doctor.run_checks()
     assert result.status == "FAIL" and "check crashed: KeyError" in result.detail
+
+
+def test_a_module_the_server_imports_is_caught(monkeypatch, tmp_path):
+    """jsonschema (imported by sglang's OpenAI chat serving module) was once missing while a hand-kept
+    list of modules said OK: the check imports the server's own modules, so a stand-in that is absent
+    the same way must fail it, naming the module and the pip fix."""
+    (tmp_path / "jsonschema").mkdir()
+    (tmp_path / "jsonschema" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'jsonschema'\", name='jsonschema')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    check = doctor.check_runtime_modules()
+    assert check.status == "FAIL"
+    assert "sglang.srt.entrypoints.http_server: ModuleNotFoundError: No module named 'jsonschema'" in check.detail
+    assert check.fix.startswith("pip install jsonschema (then run the doctor again")
+
+
+def test_an_import_that_kills_the_interpreter_is_a_failed_check(monkeypatch, tmp_path):
+    (tmp_path / "dies_on_import.py").write_text("import os, sys\nprint('dying', file=sys.stderr)\nos._exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    check = doctor.check_runtime_modules(modules=("json", "dies_on_import"))
+    assert check.status == "FAIL"
+    assert check.detail == "the import interpreter died (exit code 3): dying"
+
+
+def test_the_check_passes_when_the_modules_import():
+    check = doctor.check_runtime_modules(modules=("json", "sglang_ddtree.config"))
+    assert (check.status, check.detail) == ("OK", "all 2 import in a fresh interpreter: json, sglang_ddtree.config")
+
+
+@pytest.mark.parametrize("failure, fix", [
+    (("x", "ModuleNotFoundError", "No module named 'zmq'", "zmq"), "pip install pyzmq"),
+    (("x", "ModuleNotFoundError", "No module named 'PIL.Image'", "PIL.Image"), "pip install pillow"),
+    (("x", "ModuleNotFoundError", "No module named 'jsonschema'", "jsonschema"), "pip install jsonschema"),
+    (("sglang.srt.entrypoints.http_server", "RuntimeError",
+      'Form data requires "python-multipart" to be installed. \nYou can install "python-multipart" with: \n\n'
+      "pip install python-multipart", None), "pip install python-multipart"),
+    (("soundfile", "OSError", "cannot load library 'libsndfile.so'", None),
+     "install the libsndfile system library (apt-get install libsndfile1)"),
+    (("x", "ModuleNotFoundError", "No module named 'sglang.srt.gone'", "sglang.srt.gone"),
+     "reinstall sglang: its module sglang.srt.gone is missing"),
+])
+def test_each_failed_import_gets_its_fix(failure, fix):
+    assert doctor._import_fix(*failure) == fix
