@@ -7,9 +7,12 @@ the reference DDTree round loop on CPU and checks it against the target's own gr
 import argparse
 import sys
 
+DESCRIPTION = ("sglang-ddtree's commands: doctor checks that this machine can serve DDTREE; demo runs the reference "
+               "DDTree round loop on CPU and checks it against the target's own greedy output.")
+
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_ddtree", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sglang_ddtree", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check the environment a DDTREE deployment needs", add_help=False)
     sub.add_parser("demo", help="run the reference DDTree loop on CPU and check losslessness", add_help=False)

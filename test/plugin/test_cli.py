@@ -20,3 +20,17 @@ def test_unknown_subcommand_is_a_usage_error():
     proc = _cli("serve")
     assert proc.returncode == 2
     assert "invalid choice: 'serve'" in proc.stderr
+
+
+def test_a_bad_demo_argument_is_one_error_line_before_any_model_loads():
+    proc = _cli("demo", "--num-prompts", "0", timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "python -m sglang_ddtree demo: error: argument --num-prompts: must be an integer >= 1, got '0'")
+
+
+def test_help_is_plain_text():  # descriptions come from docstrings written in RST: no ``literal`` markup
+    for args in ((), ("doctor",), ("demo",)):
+        proc = _cli(*args, "--help", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "usage: python -m sglang_ddtree" in proc.stdout and "`" not in proc.stdout, proc.stdout
