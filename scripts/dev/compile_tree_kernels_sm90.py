@@ -3,9 +3,8 @@
 What it checks: each specialisation the real wrappers launch (``build.build_tree_triton``,
 ``topology.build_verify_topology``, ``accept.accept_greedy``) over budgets 1..1024, K up to 64, L - 1 up
 to 15, both build strategies (bitonic / merge, plus "auto"), with and without root tokens, with and
-without the tree / FULL masks, every FULL_MASK writer (``FULL_MASK_IMPLS``), custom-mask buffers at
-address mod 16 = 0 / 1 / 4, int32 / int64 seq lens and
-int32 / int64 target tokens. The wrappers run unchanged on CPU tensors with ``use_triton`` patched to
+without the tree / FULL masks, custom-mask buffers at address mod 16 = 0 / 1 / 4, int32 / int64 seq lens
+and int32 / int64 target tokens. The wrappers run unchanged on CPU tensors with ``use_triton`` patched to
 True and each ``kernel[grid](...)`` replaced by a recorder; the recorded arguments then go through
 Triton's own JIT binder (``create_function_from_signature`` + ``JITFunction._pack_args``) for a CUDA
 sm_90 backend, so signature, pointer dtypes, constexprs, divisibility attributes and num_warps are
@@ -114,13 +113,11 @@ def _cases_topology(quick):
                     _CASE[0] = f"budget={budget} max_depth={max_depth} seq={sdt} tree_mask={with_tree} full=None"
                     topo_mod.build_verify_topology(tree, seq, None, with_tree_mask=with_tree)
                     for off in (0, 1, 4):  # custom_mask_out slice at an aligned / unaligned address
-                        for impl in topo_mod.FULL_MASK_IMPLS:
-                            numel = topo_mod.full_mask_numel(s_sum, bs, n)
-                            buf = torch.zeros(numel + off, dtype=torch.bool)[off:]
-                            _CASE[0] = (f"budget={budget} max_depth={max_depth} seq={sdt} tree_mask={with_tree} "
-                                        f"full=buf+{off} full_mask_impl={impl}")
-                            topo_mod.build_verify_topology(tree, seq, s_sum, with_tree_mask=with_tree,
-                                                           custom_mask_out=buf, full_mask_impl=impl)
+                        numel = topo_mod.full_mask_numel(s_sum, bs, n)
+                        buf = torch.zeros(numel + off, dtype=torch.bool)[off:]
+                        _CASE[0] = (f"budget={budget} max_depth={max_depth} seq={sdt} tree_mask={with_tree} "
+                                    f"full=buf+{off}")
+                        topo_mod.build_verify_topology(tree, seq, s_sum, with_tree_mask=with_tree, custom_mask_out=buf)
 
 
 def _cases_accept(quick):

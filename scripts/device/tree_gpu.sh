@@ -5,7 +5,8 @@
 #     bash scripts/device/tree_gpu.sh
 # Files written to $OUT (6): tree_env.txt, tree_gpu_pytest.log, tree_gpu_junit.xml, bench_tree.log,
 # bench_tree.json, tree_gpu_summary.json. Exit status: 0 only if the tests and the benchmark both pass.
-# Budget: ~7 minutes (tests <= 200 s, benchmark <= 240 s: it times every FULL_MASK writer; each under `timeout`).
+# Budget: ~7 minutes (tests <= 200 s, benchmark <= 240 s: the round configs, then the draft head; each
+# under `timeout`).
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/tree_gpu_out}"
@@ -72,11 +73,16 @@ try:
     summary["bench"] = [
         {k: r.get(k) for k in ("bs", "budget", "triton_round_ms", "triton_build_ms", "triton_build_bitonic_ms",
                                "triton_build_merge_ms", "triton_topology_ms", "triton_topology_no_full_mask_ms",
-                               "triton_accept_ms", "torch_round_ms", "heap_build_ms", "exact_vs_torch_path",
-                               "exact_bitonic", "exact_merge", "full_mask_impl_default", "full_mask_impl_best",
-                               "triton_round_best_ms", "goal_met", "goal_met_best", "error")
+                               "triton_accept_commit_ms", "triton_parts_sum_ms", "triton_accept_greedy_ms",
+                               "torch_round_ms", "heap_build_ms", "exact_vs_torch_path", "exact_topology",
+                               "exact_accept_commit", "exact_bitonic", "exact_merge", "goal_met", "error")
          if k in r}
         for r in bench.get("results", [])
+    ]
+    summary["head"] = [
+        {k: r.get(k) for k in ("model", "bs", "tokens", "head_ms", "sorted_log_probs", "ids_in_vocab", "error")
+         if k in r}
+        for r in bench.get("head_results", [])
     ]
 except Exception as exc:  # noqa: BLE001
     summary["bench"] = f"no bench json: {exc!r}"

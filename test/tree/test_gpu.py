@@ -4,6 +4,7 @@ agree with sgl_kernel's ``reconstruct_indices_from_tree_mask`` and ``verify_tree
 Budgets are drawn from a few power-of-two classes (16, 64, 512) so the Triton compiles stay few.
 """
 
+import importlib
 import random
 
 import pytest
@@ -17,7 +18,7 @@ from sglang_ddtree.tree.reference import (
     build_verify_topology_torch,
     reconstruct_indices_reference,
 )
-from tree_cases import assert_trees_equal, random_inputs, tree_row
+from tree_cases import assert_trees_equal, import_or_skip, random_inputs, tree_row
 
 pytestmark = pytest.mark.gpu
 
@@ -102,9 +103,8 @@ def test_topology_and_accept_cuda_equal_torch():
                 assert torch.equal(x, y), case
 
 
-@pytest.mark.parametrize("impl", ["fused", "fill_then_tree", "wide", "fill_then_wide"])
-def test_full_mask_impls_cuda_equal_torch(impl):
-    """Each FULL_MASK writer on CUDA: the PyTorch path's bytes for prefixes 0 / unaligned / long, into
+def test_full_mask_cuda_equals_torch():
+    """The FULL_MASK writer on CUDA: the PyTorch path's bytes for prefixes 0 / unaligned / long, into
     buffers at several addresses mod 16 (16-byte vector stores only at 0), nothing written outside."""
     gen = torch.Generator().manual_seed(6)
     cases = _cases(6, 8) + [(1, 15, 8, 1, "softmax"), (64, 15, 8, 512, "softmax")]
@@ -121,34 +121,35 @@ def test_full_mask_impls_cuda_equal_torch(impl):
             base = torch.zeros(off + numel + 32, dtype=torch.bool, device=DEV)
             got = build_verify_topology(
                 tree, seq, int(seq.sum()) + extra, with_tree_mask=False, custom_mask_out=base[off:],
-                full_mask_impl=impl,
             )
-            msg = (impl, case, off, extra)
+            msg = (case, off, extra)
             assert torch.equal(got.custom_mask[: want.custom_mask.numel()], want.custom_mask), msg
             assert not base[:off].any() and not base[off + numel :].any(), msg
             assert torch.equal(got.retrieve_next_sibling, want.retrieve_next_sibling), msg
-        own = build_verify_topology(tree, seq, int(seq.sum()), full_mask_impl=impl)  # fresh buffer
+        own = build_verify_topology(tree, seq, int(seq.sum()))  # fresh buffer
         for f in TOPO_FIELDS:
-            assert torch.equal(getattr(own, f), getattr(want, f)), (impl, case, f)
+            assert torch.equal(getattr(own, f), getattr(want, f)), (case, f)
 
 
 def _sgl_reconstruct():
-    try:
-        from sgl_kernel.speculative import reconstruct_indices_from_tree_mask
-    except Exception:
+    """sgl_kernel's reconstruct_indices_from_tree_mask (in ``sgl_kernel.speculative`` or at the top level,
+    by version); skips only when sgl_kernel is not installed."""
+    import_or_skip("sgl_kernel")
+    for where in ("sgl_kernel.speculative", "sgl_kernel"):
         try:
-            from sgl_kernel import reconstruct_indices_from_tree_mask
-        except Exception as exc:  # noqa: BLE001 - report any import failure as the skip reason
-            pytest.skip(f"sgl_kernel.reconstruct_indices_from_tree_mask not importable: {exc!r}")
-    return reconstruct_indices_from_tree_mask
+            mod = importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            if exc.name != where:
+                raise
+            continue
+        if hasattr(mod, "reconstruct_indices_from_tree_mask"):
+            return mod.reconstruct_indices_from_tree_mask
+    raise AssertionError("sgl_kernel is installed but has no reconstruct_indices_from_tree_mask")
 
 
 def _sgl_verify():
-    try:
-        from sgl_kernel import verify_tree_greedy
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"sgl_kernel.verify_tree_greedy not importable: {exc!r}")
-    return verify_tree_greedy
+    """sgl_kernel.verify_tree_greedy; skips only when sgl_kernel is not installed."""
+    return import_or_skip("sgl_kernel").verify_tree_greedy
 
 
 def test_topology_equals_sgl_kernel_reconstruct_indices():
@@ -172,7 +173,7 @@ def test_topology_equals_sgl_kernel_reconstruct_indices():
 
 
 def _upstream_triton_verify():
-    spec_tree = pytest.importorskip("sglang.kernels.ops.speculative.spec_tree")
+    spec_tree = import_or_skip("sglang.kernels.ops.speculative.spec_tree")
 
     def verify(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
                retrive_next_sibling, target_predict):
@@ -220,12 +221,8 @@ def test_accept_equals_upstream_verify_tree_greedy(which):
             assert torch.equal(predicts.long()[last], ours.bonus_token), case
 
 
-@pytest.mark.parametrize(
-    "bs,budget,backend,impl",
-    [(1, 64, "auto", "fused"), (8, 512, "auto", "fused"), (4, 64, "torch", "fused"), (8, 512, "auto", "fill_then_tree"),
-     (8, 512, "auto", "wide"), (8, 512, "auto", "fill_then_wide")],
-)
-def test_cuda_graph_capture_and_replay(bs, budget, backend, impl):
+@pytest.mark.parametrize("bs,budget,backend", [(1, 64, "auto"), (8, 512, "auto"), (4, 64, "torch")])
+def test_cuda_graph_capture_and_replay(bs, budget, backend):
     """build + topology + accept captured once, replayed on new inputs == eager on those inputs."""
     depth_limit, k = 15, 8
     gen = torch.Generator().manual_seed(4)
@@ -237,7 +234,7 @@ def test_cuda_graph_capture_and_replay(bs, budget, backend, impl):
 
     def step():
         tree = build_tree(lp, ids, budget, roots, backend=backend)
-        topo = build_verify_topology(tree, seq, seq_sum, backend=backend, full_mask_impl=impl)
+        topo = build_verify_topology(tree, seq, seq_sum, backend=backend)
         return tree, topo, accept_greedy(tree, target, backend=backend)
 
     side = torch.cuda.Stream()

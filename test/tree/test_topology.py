@@ -135,30 +135,20 @@ def test_full_mask_with_an_upper_bound_on_seq_lens_sum():
         assert torch.equal(bound[: exact.numel()], exact)
 
 
-def test_full_mask_impl_argument_and_env_var(monkeypatch):
-    """``full_mask_impl`` / $SGLANG_DDTREE_FULL_MASK_IMPL pick a FULL_MASK writer: valid names are
-    accepted (the torch path's bytes do not depend on them), anything else is a ValueError naming them."""
-    from sglang_ddtree.tree import _common
-    from sglang_ddtree.tree.topology import FULL_MASK_IMPLS
+def test_bad_arguments(monkeypatch):
+    """Caller mistakes are ValueErrors naming the argument; Triton on CPU needs the interpreter."""
+    from sglang_ddtree.tree._common import triton_importable
 
-    assert FULL_MASK_IMPLS[0] == "fused"
     tree, seq = next(_random_trees(12, 1))
     total = int(seq.sum())
-    want = build_verify_topology(tree, seq, total).custom_mask
-    for impl in FULL_MASK_IMPLS:
-        assert torch.equal(build_verify_topology(tree, seq, total, full_mask_impl=impl).custom_mask, want)
-    with pytest.raises(ValueError, match="full_mask_impl must be one of .*fill_then_tree"):
-        build_verify_topology(tree, seq, total, full_mask_impl="memset")
-    try:
-        monkeypatch.setenv(_common.FULL_MASK_IMPL_ENV, "wide")
-        _common.default_full_mask_impl.cache_clear()
-        assert _common.default_full_mask_impl() == "wide"
-        monkeypatch.setenv(_common.FULL_MASK_IMPL_ENV, "bogus")
-        _common.default_full_mask_impl.cache_clear()
-        with pytest.raises(ValueError, match="SGLANG_DDTREE_FULL_MASK_IMPL must be one of"):
-            build_verify_topology(tree, seq, total)
-        monkeypatch.delenv(_common.FULL_MASK_IMPL_ENV)
-        _common.default_full_mask_impl.cache_clear()
-        assert _common.default_full_mask_impl() == _common.DEFAULT_FULL_MASK_IMPL == "wide"
-    finally:
-        _common.default_full_mask_impl.cache_clear()
+    buf = torch.zeros(full_mask_numel(total, tree.batch_size, tree.num_rows), dtype=torch.bool)
+    with pytest.raises(ValueError, match="custom_mask_out needs seq_lens_sum"):
+        build_verify_topology(tree, seq, None, custom_mask_out=buf)
+    with pytest.raises(ValueError, match="custom_mask_out must be torch.bool"):
+        build_verify_topology(tree, seq, total, custom_mask_out=buf.to(torch.uint8))
+    with pytest.raises(ValueError, match="backend must be one of"):
+        build_verify_topology(tree, seq, total, backend="cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    err, match = (ValueError, "needs TRITON_INTERPRET=1") if triton_importable() else (RuntimeError, "not importable")
+    with pytest.raises(err, match=match):
+        build_verify_topology(tree, seq, total, backend="triton")

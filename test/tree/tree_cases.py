@@ -1,7 +1,10 @@
-"""Random and hand-made inputs shared by the tree-op tests (seeded, CPU tensors)."""
+"""Random and hand-made inputs shared by the tree-op tests (seeded, CPU tensors), and ``import_or_skip``."""
 
 from __future__ import annotations
 
+import importlib
+
+import pytest
 import torch
 
 from sglang_ddtree.tree import Tree
@@ -62,3 +65,17 @@ def make_tree(parents: list[int], tokens: list[int], budget: int, max_depth: int
         num_nodes=torch.tensor([num], dtype=torch.int32),
         max_depth=max_depth,
     )
+
+
+def import_or_skip(module: str):
+    """Import ``module``; skip the test only when it (or a package above it) is not installed.
+
+    Unlike ``pytest.importorskip``, any other import failure - a missing dependency inside the module, a
+    broken extension, a missing name - fails the test instead of hiding behind a skip.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+            pytest.skip(f"{module} is not installed ({exc})")
+        raise

@@ -16,16 +16,6 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "triton", "torch")
 
-# How the Triton topology kernel writes the FULL_MASK (all give the same bytes; see topology.py):
-# "fused" one kernel, byte stores; "fill_then_tree" fill_(True) of the
-# buffer, then the kernel writes only the tree columns; "wide" one kernel, 16-byte-aligned word stores;
-# "fill_then_wide" fill_(True), then the tree columns as words.
-FULL_MASK_IMPLS = ("fused", "fill_then_tree", "wide", "fill_then_wide")
-FULL_MASK_IMPL_ENV = "SGLANG_DDTREE_FULL_MASK_IMPL"
-# "wide": measured fastest on the H200 (benchmark/results/bench_tree.json, session 3: topology at bs 64 /
-# budget 512 / prefix 1024 0.046 ms vs 0.067 for "fused"; byte-exact at every measured shape).
-DEFAULT_FULL_MASK_IMPL = "wide"
-
 
 def next_pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
@@ -77,21 +67,8 @@ def triton_importable() -> bool:
     return True
 
 
-def check_full_mask_impl(impl: str, where: str = "full_mask_impl") -> str:
-    if impl not in FULL_MASK_IMPLS:
-        raise ValueError(f"{where} must be one of {FULL_MASK_IMPLS}, got {impl!r}")
-    return impl
-
-
-@functools.lru_cache(maxsize=None)
-def default_full_mask_impl() -> str:
-    """``$SGLANG_DDTREE_FULL_MASK_IMPL`` or ``DEFAULT_FULL_MASK_IMPL``; read once per process
-    (``cache_clear()`` to re-read)."""
-    value = os.environ.get(FULL_MASK_IMPL_ENV, "").strip() or DEFAULT_FULL_MASK_IMPL
-    return check_full_mask_impl(value, FULL_MASK_IMPL_ENV)
-
-
 def triton_interpreting() -> bool:
+    """TRITON_INTERPRET is set (Triton kernels run on CPU tensors): the package's only environment read."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -120,7 +97,23 @@ def use_triton(op: str, device: torch.device, backend: str) -> bool:
     return True
 
 
-def num_warps_for(elements: int) -> int:
-    """Warps for a one-program-per-request kernel over a tile of ``elements`` (at most 8: the builder
-    can use up to 255 registers per thread, and 255 x 256 threads is what one SM holds)."""
+# Launch sizes, one rule per kernel family (at most 8 warps: the builder can use up to 255 registers per
+# thread, and 255 x 256 threads is what one SM holds).
+
+
+def num_warps_for_tile(elements: int) -> int:
+    """Warps of the build kernel (one program per request over a register tile of ``elements``,
+    BLOCK_B x BLOCK_K): 4 up to 2048 elements, else 8."""
     return 4 if elements <= 2048 else 8
+
+
+def num_warps_for_rows(num_rows: int) -> int:
+    """Warps of the greedy-walk kernels (one program per request holding all N = ``num_rows`` rows of its
+    tree in registers: ``kernels/accept.ddtree_accept_kernel`` and the worker's fused accept + commit
+    kernel): 4 up to 1024 rows, else 8."""
+    return 4 if num_rows <= 1024 else 8
+
+
+# Warps of the topology kernel: a grid of (request, 16-row block) programs over [16, 128] column tiles,
+# so the per-program work does not grow with N.
+TOPOLOGY_NUM_WARPS = 4

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import torch
 
-INDEX_BITS = 31
-INDEX_MASK = (1 << INDEX_BITS) - 1
-_SIGN = 1 << 31
+INDEX_BITS = 31  # low bits of a key: the candidate index (complemented)
+INDEX_MASK = (1 << INDEX_BITS) - 1  # 2**31 - 1
+SIGN = 1 << 31  # 2**31: the float32 sign bit (int32 bits -2**31 are -0.0); also ord(+0.0), the largest code
+ROOT_KEY = SIGN << INDEX_BITS  # 2**62: key with code ord(+0.0), the root's score 0 (its index bits are unused)
 
 
 def score_ord(score: torch.Tensor) -> torch.Tensor:
     """float32 ``[...]`` (values <= 0) -> int64 ``[...]`` order-preserving code, ``-0`` == ``+0``."""
     bits = score.contiguous().view(torch.int32).to(torch.int64)
-    bits = torch.where(bits == -_SIGN, torch.zeros_like(bits), bits)  # -0.0 -> +0.0
-    return torch.where(bits < 0, -1 - bits, bits + _SIGN)
+    bits = torch.where(bits == -SIGN, torch.zeros_like(bits), bits)  # -0.0 -> +0.0
+    return torch.where(bits < 0, -1 - bits, bits + SIGN)
 
 
 def ord_score(code: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`score_ord` for valid codes (> 0): int64 ``[...]`` -> float32 ``[...]``."""
-    bits = torch.where(code >= _SIGN, code - _SIGN, -1 - code)
+    bits = torch.where(code >= SIGN, code - SIGN, -1 - code)
     return bits.to(torch.int32).view(torch.float32)
 
 

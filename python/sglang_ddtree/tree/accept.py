@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ddtree.tree._common import check_tree, next_pow2, use_triton
+from sglang_ddtree.tree._common import check_tree, next_pow2, num_warps_for_rows, use_triton
 from sglang_ddtree.tree.metadata import AcceptResult, Tree
 from sglang_ddtree.tree.reference import accept_greedy_torch
 
@@ -56,6 +56,6 @@ def accept_greedy(tree: Tree, target_tokens: torch.Tensor, *, backend: str = "au
         target.stride(0),
         BLOCK_N=next_pow2(n),
         BLOCK_L=next_pow2(tree.max_depth + 1),
-        num_warps=4 if n <= 1024 else 8,
+        num_warps=num_warps_for_rows(n),
     )
     return out

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from sglang_ddtree.tree._common import check, next_pow2, num_warps_for, use_triton
+from sglang_ddtree.tree._common import check, next_pow2, num_warps_for_tile, use_triton
 from sglang_ddtree.tree.metadata import Tree
 from sglang_ddtree.tree.reference import build_tree_torch
 
@@ -99,7 +99,8 @@ def build_tree_triton(
         return tree
     key_ws = torch.empty(bs, depth_limit, block_b, dtype=torch.int64, device=dev)
     merge_ws = torch.empty(bs, block_k * block_b if merge else 1, dtype=torch.int64, device=dev)
-    num_warps = 8 if merge and block_b >= MERGE_MIN_BLOCK_B else num_warps_for(block_b * block_k)
+    # merge rounds from MERGE_MIN_BLOCK_B: 8 warps (about one merge segment per thread); else by tile size
+    num_warps = 8 if merge and block_b >= MERGE_MIN_BLOCK_B else num_warps_for_tile(block_b * block_k)
     ddtree_build_kernel[(bs,)](
         lp,
         ids,

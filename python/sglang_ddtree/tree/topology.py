@@ -3,9 +3,8 @@
 Serves the verify step (draft -> build tree -> VERIFY -> accept -> commit): the FULL_MASK custom mask
 in SGLang's flattened layout, positions, and the ``retrieve_index / retrieve_next_token /
 retrieve_next_sibling`` links exactly as ``sgl_kernel.reconstruct_indices_from_tree_mask`` derives them
-from the mask. Triton on CUDA (``kernels/topology.py``), ``reference.build_verify_topology_torch`` elsewhere.
-The Triton path has several ways to write the FULL_MASK (``FULL_MASK_IMPLS``, argument
-``full_mask_impl`` or env ``SGLANG_DDTREE_FULL_MASK_IMPL``); all write the same bytes.
+from the mask. Triton on CUDA (``kernels/topology.py``), ``reference.build_verify_topology_torch`` elsewhere;
+both write the same bytes.
 """
 
 from __future__ import annotations
@@ -14,21 +13,12 @@ from typing import Optional
 
 import torch
 
-from sglang_ddtree.tree._common import (
-    FULL_MASK_IMPLS,
-    cdiv,
-    check,
-    check_full_mask_impl,
-    check_tree,
-    default_full_mask_impl,
-    next_pow2,
-    use_triton,
-)
+from sglang_ddtree.tree._common import TOPOLOGY_NUM_WARPS, cdiv, check, check_tree, next_pow2, use_triton
 from sglang_ddtree.tree.metadata import Tree, VerifyTopology
 from sglang_ddtree.tree.reference import build_verify_topology_torch
 
 
-__all__ = ["FULL_MASK_IMPLS", "build_verify_topology", "full_mask_numel"]
+__all__ = ["build_verify_topology", "full_mask_numel"]
 
 
 def full_mask_numel(seq_lens_sum: int, bs: int, num_rows: int) -> int:
@@ -44,7 +34,6 @@ def build_verify_topology(
     with_tree_mask: bool = True,
     custom_mask_out: Optional[torch.Tensor] = None,
     backend: str = "auto",
-    full_mask_impl: Optional[str] = None,
 ) -> VerifyTopology:
     """Verify inputs for a tree: masks, positions and retrieve links.
 
@@ -56,15 +45,9 @@ def build_verify_topology(
     Memory: the FULL_MASK costs N * (prefix + N) bytes per request (N = 513, prefix 4096: 2.4 MB);
     the compact tree mask N * N bytes per request. Returns :class:`VerifyTopology` (pads: positions
     seq_lens[b], no links, mask rows that see the prefix and themselves). No host sync.
-    ``full_mask_impl``: how the Triton path writes the FULL_MASK, one of ``FULL_MASK_IMPLS`` (same bytes
-    in the requests' rows; None: ``$SGLANG_DDTREE_FULL_MASK_IMPL``, else ``DEFAULT_FULL_MASK_IMPL``, "wide"):
-    "fused" one kernel, byte stores; "fill_then_tree" ``fill_(True)`` of the whole mask
-    (all ``full_mask_numel`` bytes, the tail past the requests' rows too), then the kernel writes only the
-    tree columns; "wide" (the default) one kernel, 16-byte-aligned int32 word stores (16-byte vectors when the buffer
-    is 16-byte aligned) with byte stores for each row part's edges; "fill_then_wide" both. The torch
-    backend ignores it.
+    The Triton path writes the FULL_MASK rows as 16-byte-aligned int32 words (16-byte vectors when the
+    buffer is 16-byte aligned) and each row part's edges byte by byte (``kernels/topology.py``).
     """
-    impl = default_full_mask_impl() if full_mask_impl is None else check_full_mask_impl(full_mask_impl)
     check_tree(tree)
     dev = tree.parents.device
     bs, n = tree.parents.shape
@@ -87,19 +70,10 @@ def build_verify_topology(
             custom_mask_out[:numel].copy_(topo.custom_mask)
             topo.custom_mask = custom_mask_out[:numel]
         return topo
-    return _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out, impl)
+    return _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out)
 
 
-def _fill_true(mask: torch.Tensor) -> None:
-    """All True at memset speed: as int64 words of 0x01 bytes where the buffer allows (fewer, wider
-    stores than a bool fill), else byte by byte."""
-    if mask.numel() % 8 == 0 and mask.storage_offset() % 8 == 0 and mask.data_ptr() % 8 == 0:
-        mask.view(torch.int64).fill_(0x0101010101010101)
-    else:
-        mask.fill_(True)
-
-
-def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out, impl) -> VerifyTopology:
+def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> VerifyTopology:
     from sglang_ddtree.tree.kernels.topology import ddtree_topology_kernel
 
     dev = tree.parents.device
@@ -122,8 +96,6 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out, imp
     if bs == 0:
         return topo
     write_full = numel is not None
-    if write_full and impl in ("fill_then_tree", "fill_then_wide"):
-        _fill_true(topo.custom_mask)  # the kernel then writes only the tree columns
     block_r = 16
     ddtree_topology_kernel[(bs, cdiv(n, block_r))](
         tree.parents,
@@ -140,13 +112,11 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out, imp
         topo.custom_mask.data_ptr() % 16 if write_full else 0,
         WRITE_TREE_MASK=with_tree_mask,
         WRITE_FULL_MASK=write_full,
-        WRITE_PREFIX=impl in ("fused", "wide"),
-        WIDE=impl in ("wide", "fill_then_wide"),
         BLOCK_R=block_r,
         BLOCK_W=4,  # 128 tree columns per chunk
         BLOCK_PC=256,
         BLOCK_L=next_pow2(tree.max_depth + 1),
         BLOCK_S=256,
-        num_warps=4,
+        num_warps=TOPOLOGY_NUM_WARPS,
     )
     return topo

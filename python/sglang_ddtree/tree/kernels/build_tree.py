@@ -13,15 +13,23 @@ cross-thread traffic. Both phase-1 variants produce identical keys, hence identi
 import triton
 import triton.language as tl
 
-_SIGN = tl.constexpr(2147483648)  # 2**31
-_IDX_MASK = tl.constexpr(2147483647)  # 2**31 - 1
+from sglang_ddtree.tree import _ordkey
+
+# The key encoding of ``_ordkey`` (named there once, for both paths).
+_INDEX_BITS = tl.constexpr(_ordkey.INDEX_BITS)  # 31: key = code << 31 | (2**31 - 1 - index)
+_IDX_MASK = tl.constexpr(_ordkey.INDEX_MASK)  # 2**31 - 1
+_SIGN = tl.constexpr(_ordkey.SIGN)  # 2**31: ord(+0.0), the largest code
+_ROOT_KEY = tl.constexpr(_ordkey.ROOT_KEY)  # 2**62 = ord(+0.0) << 31: the root's key (score 0)
+_NEG_ZERO_BITS = tl.constexpr(-_ordkey.SIGN)  # int32 bits of -0.0 (folded onto +0.0)
+_EMPTY_CODE32 = tl.constexpr(-_ordkey.SIGN)  # code 0 (empty slot) as an int32 code - 2**31
+_CODE_END = tl.constexpr(2 * _ordkey.SIGN)  # 2**32 > every code
 
 
 @triton.jit
 def _score_code(score):
     """float32 (<= 0) -> int64 order-preserving code; -0 folded onto +0 (see _ordkey.score_ord)."""
     bits = score.to(tl.int32, bitcast=True)
-    bits = tl.where(bits == -2147483648, 0, bits).to(tl.int64)
+    bits = tl.where(bits == _NEG_ZERO_BITS, 0, bits).to(tl.int64)
     return tl.where(bits < 0, -1 - bits, bits + _SIGN)
 
 
@@ -85,12 +93,12 @@ def _cand_key(par_row, lp_row, run, idx, d, k_eff, BLOCK_B: tl.constexpr, BLOCK_
     """
     inside = (idx >= 0) & (idx < BLOCK_B)
     p_key = tl.load(par_row + idx, mask=inside & (d > 0), other=0)
-    p_key = tl.where((d == 0) & (idx == 0), 4611686018427387904, p_key)
+    p_key = tl.where((d == 0) & (idx == 0), _ROOT_KEY, p_key)
     lpk = tl.minimum(tl.load(lp_row + run, mask=run < k_eff, other=0.0), 0.0)
-    p_code = p_key >> 31
+    p_code = p_key >> _INDEX_BITS
     cand = tl.where(p_code > 0, _code_score(p_code), float("-inf")) + lpk
     code = tl.where((p_code > 0) & (run < k_eff), _score_code(cand), 0)
-    key = (code << 31) | (_IDX_MASK - (idx * BLOCK_K + run).to(tl.int64))
+    key = (code << _INDEX_BITS) | (_IDX_MASK - (idx * BLOCK_K + run).to(tl.int64))
     return tl.where(inside, key, -1)
 
 
@@ -138,7 +146,7 @@ def _merge_round(par_row, lp_row, scratch, out_row, d, k_eff, budget, R: tl.cons
         out = tl.where(take_a, a, bb)
         if R == LOG_K - 1:
             t = t0 + s
-            tl.store(out_row + t, tl.where(((out >> 31) > 0) & (t < budget), out, 0))
+            tl.store(out_row + t, tl.where(((out >> _INDEX_BITS) > 0) & (t < budget), out, 0))
         else:
             dst = scratch + (R % 2) * (BLOCK_K // 2) * BLOCK_B
             tl.store(dst + m * BLOCK_B + t0 + s, out)
@@ -163,7 +171,7 @@ def _merge_frontier(par_row, lp_row, scratch, out_row, d, k_eff, budget,
     if LOG_K == 0:
         slots = tl.arange(0, BLOCK_B)
         key = _cand_key(par_row, lp_row, slots * 0, slots, d, k_eff, BLOCK_B, BLOCK_K)
-        tl.store(out_row + slots, tl.where(((key >> 31) > 0) & (slots < budget), key, 0))
+        tl.store(out_row + slots, tl.where(((key >> _INDEX_BITS) > 0) & (slots < budget), key, 0))
         tl.debug_barrier()
     for r in tl.static_range(LOG_K):
         _merge_round(par_row, lp_row, scratch, out_row, d, k_eff, budget, r, BLOCK_K >> (r + 1),
@@ -238,16 +246,16 @@ def ddtree_build_kernel(
             # Parent keys straight into the tile layout (odd rows reversed) from the previous depth's
             # workspace row: no in-register reversal. Depth 0: the root, key 2**62 (code 2**31 = +0).
             if d == 0:
-                p_key = tl.where(pslot_tile == 0, 4611686018427387904, 0).to(tl.int64)
+                p_key = tl.where(pslot_tile == 0, _ROOT_KEY, 0).to(tl.int64)
             else:
                 p_key = tl.load(key_ws + (d - 1) * BLOCK_B + pslot_tile)
-            p_code = p_key >> 31
+            p_code = p_key >> _INDEX_BITS
             ok = (p_code > 0) & (ks < k_eff)[:, None]
             cand = tl.where(p_code > 0, _code_score(p_code), float("-inf")) + lp[:, None]  # [BLOCK_K, BLOCK_B]
             code = tl.where(ok, _score_code(cand), 0)
-            key = (code << 31) | (_IDX_MASK - cand_idx)
+            key = (code << _INDEX_BITS) | (_IDX_MASK - cand_idx)
             top = _top_run_of_sorted_runs(tl.reshape(key, [BLOCK_B * BLOCK_K]), LOG_B, LOG_K)
-            f_key = tl.where(((top >> 31) > 0) & (slots < budget), top, 0)  # [BLOCK_B] descending
+            f_key = tl.where(((top >> _INDEX_BITS) > 0) & (slots < budget), top, 0)  # [BLOCK_B] descending
             tl.store(key_ws + d * BLOCK_B + slots, f_key)
             tl.debug_barrier()  # the next depth (and phase 2) reads this row in another layout
 
@@ -256,9 +264,9 @@ def ddtree_build_kernel(
     gkeys = tl.load(
         key_ws + ds[:, None] * BLOCK_B + slots[None, :], mask=(ds < depth_limit)[:, None], other=0
     )
-    gcode = ((gkeys >> 31) - _SIGN).to(tl.int32)  # [BLOCK_D, BLOCK_B]
+    gcode = ((gkeys >> _INDEX_BITS) - _SIGN).to(tl.int32)  # [BLOCK_D, BLOCK_B]
     lo = tl.full([], 1, tl.int64)  # search the code T with count(code >= T) >= budget > count(> T)
-    hi = tl.full([], 4294967296, tl.int64)  # 2**32 > every code
+    hi = tl.full([], _CODE_END, tl.int64)
     for _ in range(32):
         mid = (lo + hi) // 2
         cnt = tl.sum(tl.sum((gcode >= (mid - _SIGN).to(tl.int32)).to(tl.int32), axis=1), axis=0)
@@ -268,7 +276,7 @@ def ddtree_build_kernel(
     thr = (lo - _SIGN).to(tl.int32)
     gt = tl.sum((gcode > thr).to(tl.int32), axis=1)  # [BLOCK_D]
     eq = tl.sum((gcode == thr).to(tl.int32), axis=1)
-    nvalid = tl.sum((gcode > -2147483648).to(tl.int32), axis=1)
+    nvalid = tl.sum((gcode > _EMPTY_CODE32).to(tl.int32), axis=1)
     rest = budget - tl.sum(gt, axis=0)  # > 0: ties at `thr` fill it, lower depth first
     take = tl.minimum(tl.maximum(rest - (tl.cumsum(eq, axis=0) - eq), 0), eq)
     n_sel = tl.minimum(gt + take, nvalid)  # [BLOCK_D] int32
@@ -304,7 +312,7 @@ def ddtree_build_kernel(
         tl.store(out_tok + row, tok, mask=sel)
         tl.store(out_par + row, prow, mask=sel)
         tl.store(out_dep + row, tl.zeros([BLOCK_B], dtype=tl.int64) + (d + 1), mask=sel)
-        tl.store(out_score + row, _code_score(keys >> 31), mask=sel)
+        tl.store(out_score + row, _code_score(keys >> _INDEX_BITS), mask=sel)
         tl.store(out_valid + row, sel, mask=sel)
         base_prev = base
         base = base + n_cur

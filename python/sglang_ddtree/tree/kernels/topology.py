@@ -8,15 +8,17 @@ tree part). In the same column sweep it finds the retrieve links of its rows (fi
 row whose parent is the row; next sibling: lowest later row with the same parent; pads have parent
 -1 and no links), and it writes positions and retrieve_index.
 
-FULL_MASK variants (``topology.FULL_MASK_IMPLS``): WRITE_PREFIX=False leaves the prefix columns to the
-caller (a ``fill_(True)`` of the whole buffer before the launch); WIDE=True writes the row parts as
-16-byte-aligned int32 words (4 per 16 bytes, so ``st.global.v4`` when the buffer is 16-byte aligned)
-and only the up-to-15-byte edges of each part byte by byte. A tree word is a nibble of the row's
-ancestor bits shifted to the word's alignment, spread to one 0/1 byte per bit (``_spread_nibbles``).
+FULL_MASK rows are written as 16-byte-aligned int32 words (4 per 16 bytes, so ``st.global.v4`` when
+the buffer is 16-byte aligned), and only the up-to-15-byte edges of each row part (prefix, tree) byte
+by byte. A tree word is a nibble of the row's ancestor bits shifted to the word's alignment, spread to
+one 0/1 byte per bit (``_spread_nibbles``).
 """
 
 import triton
 import triton.language as tl
+
+_NO_ROW = tl.constexpr(2147483647)  # int32 max (2**31 - 1): "no row found" in the link min-reductions (N < 2**31)
+_ONES_WORD = tl.constexpr(0x01010101)  # an int32 word of four True (0x01) mask bytes
 
 
 @triton.jit
@@ -30,7 +32,7 @@ def _spread_nibbles(bits, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
     bits[:, w], as 0/1 (little-endian: byte k is the k-th column of the word)."""
     ns = tl.arange(0, 8)
     nib = tl.reshape((bits[:, :, None] >> (4 * ns)[None, None, :]) & 15, [BLOCK_R, 8 * BLOCK_W])
-    return (nib * 0x204081) & 0x01010101  # bit k of a nibble lands on bit 8 * k (no carries)
+    return (nib * 0x204081) & _ONES_WORD  # bit k of a nibble lands on bit 8 * k (no carries)
 
 
 @triton.jit
@@ -79,11 +81,9 @@ def ddtree_topology_kernel(
     full_mask_ptr,  # [seq_lens_sum * N + bs * N * N] bool out (if WRITE_FULL_MASK)
     num_rows,  # N
     max_depth,  # L - 1
-    mask_mis,  # full_mask_ptr's address mod 16 (specialised: 0 lets WIDE stores be 16-byte vectors)
+    mask_mis,  # full_mask_ptr's address mod 16 (specialised: 0 lets the word stores be 16-byte vectors)
     WRITE_TREE_MASK: tl.constexpr,
     WRITE_FULL_MASK: tl.constexpr,
-    WRITE_PREFIX: tl.constexpr,  # False: the caller has set the whole FULL_MASK to True
-    WIDE: tl.constexpr,  # row parts as 16-byte-aligned int32 words, edges byte by byte
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_W: tl.constexpr,  # 32-column words per chunk (a chunk is 32 * BLOCK_W tree columns)
     BLOCK_PC: tl.constexpr,  # prefix columns per chunk
@@ -120,77 +120,63 @@ def ddtree_topology_kernel(
             pre += tl.sum(tl.load(seq_lens_ptr + idx, mask=idx < b, other=0).to(tl.int64), axis=0)
         width = seq + num_rows
         row_base = num_rows * pre + b * num_rows * num_rows + rows * width  # [BLOCK_R]
-        if WIDE:
-            # Word u of word_ptr covers bytes [4u - mask_mis, 4u - mask_mis + 4) of full_mask_ptr; a row
-            # part starting at byte s has head = bytes to the next 16-byte boundary, then whole groups.
-            word_ptr = (full_mask_ptr.to(tl.pointer_type(tl.int8)) - mask_mis).to(tl.pointer_type(tl.int32))
-            t_start = row_base + seq  # [BLOCK_R] first tree byte
-            t_head = (-(t_start + mask_mis)) & 15
-            t_groups = tl.where(t_head <= num_rows, (num_rows - t_head) >> 4, 0)
-            t_word0 = tl.multiple_of((t_start + mask_mis + t_head) >> 2, 4)
-        if WRITE_PREFIX:
-            if WIDE:
-                p_head = (-(row_base + mask_mis)) & 15
-                p_groups = tl.where(p_head <= seq, (seq - p_head) >> 4, 0)
-                p_word0 = tl.multiple_of((row_base + mask_mis + p_head) >> 2, 4)
-                ones_w = tl.full([BLOCK_R, BLOCK_PC // 4], 0x01010101, tl.int32)
-                for w0 in range(0, seq // 4, BLOCK_PC // 4):
-                    wc = w0 + tl.arange(0, BLOCK_PC // 4)
-                    pm = rmask[:, None] & ((wc // 4)[None, :] < p_groups[:, None])
-                    tl.store(word_ptr + p_word0[:, None] + wc[None, :], ones_w, mask=pm)
-                p_col, p_m = _edge_columns(p_head, p_groups, seq, rmask)
-                tl.store(full_mask_ptr + row_base[:, None] + p_col, p_col >= 0, mask=p_m)
-            else:
-                for c0 in range(0, seq, BLOCK_PC):
-                    pcols = c0 + tl.arange(0, BLOCK_PC)
-                    pm = rmask[:, None] & (pcols < seq)[None, :]
-                    ones = tl.full([BLOCK_R, BLOCK_PC], 1, tl.int1)
-                    tl.store(full_mask_ptr + row_base[:, None] + pcols[None, :], ones, mask=pm)
-        if WIDE:
-            if not WRITE_TREE_MASK:  # here, before the sweep: 80 instead of 144 registers on sm_90
-                _store_tree_edges(full_mask_ptr, t_start, t_head, t_groups, num_rows, rmask, path_word, path_bit)
-            # Tree bits shifted by t_head: shifted bit q = column q + t_head (columns < t_head: edges).
-            s_path = tl.where(path >= 0, path - t_head[:, None].to(tl.int32), -1)
-            s_word = s_path >> 5  # -1 (never a word) before t_head and past the root
-            s_bit = tl.full([BLOCK_R, BLOCK_L], 1, tl.int32) << (s_path & 31)
+        # Word u of word_ptr covers bytes [4u - mask_mis, 4u - mask_mis + 4) of full_mask_ptr; a row part
+        # starting at byte s has head = bytes to the next 16-byte boundary, then whole 16-byte groups.
+        word_ptr = (full_mask_ptr.to(tl.pointer_type(tl.int8)) - mask_mis).to(tl.pointer_type(tl.int32))
+        t_start = row_base + seq  # [BLOCK_R] first tree byte
+        t_head = (-(t_start + mask_mis)) & 15
+        t_groups = tl.where(t_head <= num_rows, (num_rows - t_head) >> 4, 0)
+        t_word0 = tl.multiple_of((t_start + mask_mis + t_head) >> 2, 4)
+        # Prefix columns: all True.
+        p_head = (-(row_base + mask_mis)) & 15
+        p_groups = tl.where(p_head <= seq, (seq - p_head) >> 4, 0)
+        p_word0 = tl.multiple_of((row_base + mask_mis + p_head) >> 2, 4)
+        ones_w = tl.full([BLOCK_R, BLOCK_PC // 4], _ONES_WORD, tl.int32)
+        for w0 in range(0, seq // 4, BLOCK_PC // 4):
+            wc = w0 + tl.arange(0, BLOCK_PC // 4)
+            pm = rmask[:, None] & ((wc // 4)[None, :] < p_groups[:, None])
+            tl.store(word_ptr + p_word0[:, None] + wc[None, :], ones_w, mask=pm)
+        p_col, p_m = _edge_columns(p_head, p_groups, seq, rmask)
+        tl.store(full_mask_ptr + row_base[:, None] + p_col, p_col >= 0, mask=p_m)
+        if not WRITE_TREE_MASK:  # here, before the sweep: 80 instead of 144 registers on sm_90
+            _store_tree_edges(full_mask_ptr, t_start, t_head, t_groups, num_rows, rmask, path_word, path_bit)
+        # Tree bits shifted by t_head: shifted bit q = column q + t_head (columns < t_head: edges).
+        s_path = tl.where(path >= 0, path - t_head[:, None].to(tl.int32), -1)
+        s_word = s_path >> 5  # -1 (never a word) before t_head and past the root
+        s_bit = tl.full([BLOCK_R, BLOCK_L], 1, tl.int32) << (s_path & 31)
 
     # Column sweep in int32 (N < 2**31) to keep the [rows, columns] tiles light on registers.
     rows32 = rows.to(tl.int32)
     par_r32 = par_r.to(tl.int32)
     if WRITE_TREE_MASK:
         tree_row_ptr = tree_mask_ptr + b * num_rows * num_rows + rows * num_rows  # [BLOCK_R]
-    if WRITE_FULL_MASK:
-        full_row_ptr = full_mask_ptr + row_base + seq  # [BLOCK_R], first tree column of each row
     ws = tl.arange(0, BLOCK_W)
     js = tl.arange(0, 32)
-    first = tl.full([BLOCK_R], 2147483647, tl.int32)  # lowest child row
-    sib = tl.full([BLOCK_R], 2147483647, tl.int32)  # lowest later row with the same parent
+    first = tl.full([BLOCK_R], _NO_ROW, tl.int32)  # lowest child row
+    sib = tl.full([BLOCK_R], _NO_ROW, tl.int32)  # lowest later row with the same parent
     for c0 in range(0, num_rows, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C)
         cmask = cols < num_rows
         pc = tl.load(par_b + cols, mask=cmask, other=-1).to(tl.int32)
         child = pc[None, :] == rows32[:, None]
-        first = tl.minimum(first, tl.min(tl.where(child, cols[None, :], 2147483647), axis=1))
+        first = tl.minimum(first, tl.min(tl.where(child, cols[None, :], _NO_ROW), axis=1))
         later = (pc[None, :] == par_r32[:, None]) & (par_r32[:, None] >= 0) & (cols[None, :] > rows32[:, None])
-        sib = tl.minimum(sib, tl.min(tl.where(later, cols[None, :], 2147483647), axis=1))
+        sib = tl.minimum(sib, tl.min(tl.where(later, cols[None, :], _NO_ROW), axis=1))
         words = c0 // 32 + ws  # [BLOCK_W]
-        if WRITE_TREE_MASK or (WRITE_FULL_MASK and not WIDE):
+        if WRITE_TREE_MASK:
             hit = path_word[:, None, :] == words[None, :, None]  # [R, W, L]
             bits = tl.reduce(tl.where(hit, path_bit[:, None, :], 0), 2, _or)  # [R, W] int32
             anc = ((bits[:, :, None] >> js[None, None, :]) & 1) != 0  # [R, W, 32]
             anc = tl.reshape(anc, [BLOCK_R, BLOCK_C])
             m = rmask[:, None] & cmask[None, :]
-            if WRITE_TREE_MASK:
-                tl.store(tree_row_ptr[:, None] + cols[None, :], anc, mask=m)
-            if WRITE_FULL_MASK and not WIDE:
-                tl.store(full_row_ptr[:, None] + cols[None, :], anc, mask=m)
-        if WRITE_FULL_MASK and WIDE:  # the 8 * BLOCK_W words of shifted columns [c0, c0 + BLOCK_C)
+            tl.store(tree_row_ptr[:, None] + cols[None, :], anc, mask=m)
+        if WRITE_FULL_MASK:  # the 8 * BLOCK_W words of shifted columns [c0, c0 + BLOCK_C)
             s_hit = s_word[:, None, :] == words[None, :, None]  # [R, W, L]
             s_bits = tl.reduce(tl.where(s_hit, s_bit[:, None, :], 0), 2, _or)  # [R, W] int32
             wc = c0 // 4 + tl.arange(0, 8 * BLOCK_W)
             wm = rmask[:, None] & ((wc // 4)[None, :] < t_groups[:, None])
             tl.store(word_ptr + t_word0[:, None] + wc[None, :], _spread_nibbles(s_bits, BLOCK_R, BLOCK_W), mask=wm)
-    if WRITE_FULL_MASK and WIDE and WRITE_TREE_MASK:  # here, not before the sweep: ptxas spilled there
+    if WRITE_FULL_MASK and WRITE_TREE_MASK:  # here, not before the sweep: ptxas spilled there
         _store_tree_edges(full_mask_ptr, t_start, t_head, t_groups, num_rows, rmask, path_word, path_bit)
     tl.store(rnext_ptr + b * num_rows + rows, tl.where(first < num_rows, first, -1).to(tl.int64), mask=rmask)
     tl.store(rsib_ptr + b * num_rows + rows, tl.where(sib < num_rows, sib, -1).to(tl.int64), mask=rmask)
