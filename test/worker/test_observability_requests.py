@@ -46,8 +46,10 @@ def _hook(monkeypatch, algo, req, enable_overlap=True):
     import sglang.srt.runtime_context as rc
     from sglang.srt.speculative.dflash_utils import validate_dflash_request
 
-    args = types.SimpleNamespace(speculative_algorithm=algo, speculative_ddtree_budget=64 if algo == "DDTREE"
-                                 else None, speculative_ddtree_topk=8 if algo == "DDTREE" else None)
+    dd = algo == "DDTREE"
+    args = types.SimpleNamespace(speculative_algorithm=algo, speculative_ddtree_budget=64 if dd else None,
+                                 speculative_ddtree_topk=8 if dd else None,
+                                 speculative_dflash_block_size=16 if dd else None)
     monkeypatch.setattr(rc, "get_server_args", lambda: args)
     return request_checks.validate_dflash_request(validate_dflash_request, req, enable_overlap)
 
@@ -87,7 +89,7 @@ def test_scheduler_sees_the_hook_after_plugin_loading(monkeypatch):
 
     load_plugins()
     args = types.SimpleNamespace(speculative_algorithm="DDTREE", speculative_ddtree_budget=64,
-                                 speculative_ddtree_topk=8)
+                                 speculative_ddtree_topk=8, speculative_dflash_block_size=16)
     monkeypatch.setattr(rc, "get_server_args", lambda: args)
     message = scheduler.validate_dflash_request(_req(custom_logit_processor="x"), True)
     assert message == "DDTREE speculative decoding does not support custom logit processors yet."
