@@ -56,6 +56,14 @@ CONFIGS = {
     "dd_flashinfer_b15": ddtree(15, 4, backend="flashinfer"),
     "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
     "dd_flashinfer_b1": ddtree(1, 1, backend="flashinfer"),
+    # fa3 (SGLang's Hopper default): its topk > 1 verify is cascade attention over the FULL_MASK rows
+    "plain_fa3": dict(attention_backend="fa3"),
+    "dd_fa3_b1": ddtree(1, 1, backend="fa3"),
+    "dd_fa3_b15": ddtree(15, 4, backend="fa3"),
+    "dd_fa3_b64": ddtree(64, 8, backend="fa3"),
+    "dd_fa3_b256": ddtree(256, 8, backend="fa3"),
+    "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
+    "dd_fa3_b15_nooverlap": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True),
     # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
     "plain_triton_tp2": dict(attention_backend="triton", tp_size=2),
     "dd_triton_b64_tp2": ddtree(64, 8, tp_size=2),

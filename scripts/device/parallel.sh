@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Named shell commands at once on one GPU machine (engine-level GPU tests mostly wait on engine starts, so
+# several share one H200), each with its own log, exit code and time limit; one JSON summary and one tar
+# of every log (and of whatever each command leaves under $OUT/<name>/) under $OUT.
+#
+#     bash scripts/device/parallel.sh "tree=python3 -m pytest -m gpu test/tree/test_gpu.py" "parity=python3 ..."
+#
+# Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts, see ../shared/device/README.md).
+# Each command runs from the repo root after `source .device/env.sh`, with the plugin's entry point visible
+# to every SGLang process (a dist-info on PYTHONPATH, what `pip install` of the wheel writes), with
+# CMD_OUT=$OUT/<name> (created) and SGLANG_DDTREE_KEEP_REPORTS=$OUT/<name>. Env: CMD_TIMEOUT_S (default
+# 560), STAGGER_S (default 5: engine ports are picked at start). Files in $OUT afterwards: parallel.json and
+# logs.tar.gz (logs/, env.txt and every <name>/ folder; the folders themselves are removed so that the device
+# tool's 8-file limit holds).
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/parallel_out}
+mkdir -p "$OUT"
+if [ -f .device/env.sh ]; then
+  # shellcheck disable=SC1091
+  source .device/env.sh
+fi
+EP=/tmp/ddt_ep/sglang_ddtree-0.1.0.dist-info
+mkdir -p "$EP"
+printf 'Metadata-Version: 2.1\nName: sglang_ddtree\nVersion: 0.1.0\n' > "$EP/METADATA"
+printf '[sglang.srt.plugins]\nddtree = sglang_ddtree.plugin:register\n' > "$EP/entry_points.txt"
+export PYTHONPATH=/tmp/ddt_ep:$PWD/python:${PYTHONPATH:-}
+export PYTHONUNBUFFERED=1
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+{
+  echo "date $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo unknown) dirty $(git status --porcelain 2>/dev/null | grep -vc '^??')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1
+  python3 -c "import sys, torch, triton, sglang; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'sglang', sglang.__version__)" 2>&1
+  python3 -c "from sgl_kernel import flash_ops; print('fa3 flash_ops importable')" 2>&1 | tail -1
+} > "$LOGS/env.txt"
+cat "$LOGS/env.txt"
+names=()
+pids=()
+starts=()
+for spec in "$@"; do
+  name=${spec%%=*}
+  cmd=${spec#*=}
+  mkdir -p "$OUT/$name"
+  names+=("$name")
+  starts+=("$(date +%s)")
+  (export CMD_OUT=$OUT/$name SGLANG_DDTREE_KEEP_REPORTS=$OUT/$name
+   timeout -k 10 "${CMD_TIMEOUT_S:-560}" bash -c "$cmd" > "$LOGS/$name.log" 2>&1
+   echo $? > "$LOGS/$name.rc") &
+  pids+=($!)
+  sleep "${STAGGER_S:-5}"
+done
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"
+  rc=$(cat "$LOGS/${names[$i]}.rc" 2>/dev/null || echo 255)
+  echo "[parallel] ${names[$i]} rc=$rc $(( $(date +%s) - ${starts[$i]} ))s :: $(grep -E 'passed|failed|error' "$LOGS/${names[$i]}.log" | tail -n 1)"
+done
+python3 - "$LOGS" "${names[@]}" > "$OUT/parallel.json" <<'PY'
+import json, os, re, sys
+logs, names = sys.argv[1], sys.argv[2:]
+out = {"env": open(os.path.join(logs, "env.txt")).read().splitlines(), "commands": {}}
+for n in names:
+    text = open(os.path.join(logs, n + ".log"), errors="replace").read()
+    rc = open(os.path.join(logs, n + ".rc")).read().strip() if os.path.exists(os.path.join(logs, n + ".rc")) else None
+    counts = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
+    out["commands"][n] = {"rc": rc, "result": counts[-1] if counts else None,
+                          "failures": [l for l in text.splitlines() if l.startswith(("FAILED", "ERROR"))][:30]}
+print(json.dumps(out, indent=1))
+PY
+cat "$OUT/parallel.json"
+tar -C "$OUT" -czf /tmp/parallel_logs.tar.gz logs "${names[@]}" && mv /tmp/parallel_logs.tar.gz "$OUT/logs.tar.gz" \
+  && (cd "$OUT" && rm -rf logs "${names[@]}")
+ls -la "$OUT"
