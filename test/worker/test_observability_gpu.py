@@ -41,9 +41,12 @@ def _pair():
 
 
 def _max_depth(pair) -> int:
-    from sglang_ddtree.worker.geometry import read_draft_block_size
+    """D of the DDTREE engine under test: ``DDTreeConfig.max_depth`` for the drafter's block size."""
+    from sglang_ddtree.config import DDTreeConfig
 
-    return min(BUDGET, read_draft_block_size(pair.draft) - 1)
+    with open(os.path.join(pair.draft, "config.json")) as f:
+        block_size = int(json.load(f)["block_size"])
+    return DDTreeConfig(budget=BUDGET, topk=TOPK, block_size=block_size).max_depth
 
 
 ENGINE_SCRIPT = r"""
