@@ -637,10 +637,10 @@ def _eval_prompt(job):
     target, drafter = _EVAL["target"], _EVAL["draft"]
     out = {"greedy": (loop.greedy_generate(target, prompt, new_tokens), [])}
     g = loop.dflash_generate(target, drafter, prompt, new_tokens)
-    out["dflash"] = (g.tokens, [r.accept_len for r in g.rounds])
+    out["dflash"] = (g.tokens, [r.num_accepted for r in g.rounds])
     for b in budgets:
         g = loop.ddtree_generate(target, drafter, prompt, new_tokens, budget=b, topk=topk)
-        out[f"ddtree_b{b}"] = (g.tokens, [r.accept_len for r in g.rounds])
+        out[f"ddtree_b{b}"] = (g.tokens, [r.num_accepted for r in g.rounds])
     return out
 
 
@@ -676,7 +676,7 @@ def eval_accept(args, work: str, data: dict, log: Log) -> dict:
         res[name] = {"accept_len": round(tau, 4), "rounds": len(accepts),
                      "budget": None if name == "dflash" else int(name.split("_b")[1]),
                      "outputs_equal_greedy": f"{same}/{len(prompts)}"}
-        log(stage="eval", mode=name, accept_len=tau, rounds=len(accepts), equal_greedy=f"{same}/{len(prompts)}")
+        log(stage="eval", mode=name, num_accepted=tau, rounds=len(accepts), equal_greedy=f"{same}/{len(prompts)}")
     res["seconds"] = round(time.time() - t0, 1)
     write_json(res, path)
     return res

@@ -202,7 +202,7 @@ def _run(args, pair) -> int:
         dflash_tau.append(chain.tokens_per_round)
         num_rounds += len(gen.rounds)
         print(f"prompt {i}: {prompt}")
-        print("  rounds (tree size/accepted): " + " ".join(f"{r.tree_size}/{r.accept_len}" for r in gen.rounds))
+        print("  rounds (tree size/accepted): " + " ".join(f"{r.tree_size}/{r.num_accepted}" for r in gen.rounds))
         print(f"  {len(gen.tokens)} tokens in {len(gen.rounds) + 1} target forwards (prefill included); "
               f"tokens per round: DDTree {gen.tokens_per_round:.2f}, DFLASH chain {chain.tokens_per_round:.2f}")
         if tokenizer is not None:

@@ -24,7 +24,7 @@ def test_ddtree_equals_greedy(pair, budget, topk):
         want = greedy_generate(target, prompt, 40)
         gen = ddtree_generate(target, drafter, prompt, 40, budget=budget, topk=topk)
         assert gen.tokens == want
-        assert all(r.tree_size <= budget and r.accept_len <= min(r.tree_size, 7) for r in gen.rounds)
+        assert all(r.tree_size <= budget and r.num_accepted <= min(r.tree_size, 7) for r in gen.rounds)
 
 
 def test_chain_tree_equals_dflash(pair):
@@ -57,7 +57,7 @@ def test_sharp_pair_accepts_deep_paths():
     target = random_target(0)
     drafter = random_drafter(target, 0, block_size=8)
     gen = ddtree_generate(target, drafter, [58, 193, 230, 39, 87, 174], 40, budget=16, topk=4)
-    assert max(r.accept_len for r in gen.rounds) == 7 and gen.tokens_per_round > 4
+    assert max(r.num_accepted for r in gen.rounds) == 7 and gen.tokens_per_round > 4
 
 
 def test_eos_stops_like_greedy(pair):
@@ -96,7 +96,7 @@ def test_sampling_matches_target_distribution():
         gen = ddtree_generate(target, drafter, prompt, 3, budget=6, topk=3, temperature=temp, generator=g)
         got[0, gen.tokens[1]] += 1
         got[1, gen.tokens[2]] += 1
-        accepted += gen.rounds[0].accept_len
+        accepted += gen.rounds[0].num_accepted
     got /= n
     assert accepted > n // 4  # the tree path, not only the bonus, produced many tokens
     tv2, tv3 = 0.5 * (got[0] - want2).abs().sum(), 0.5 * (got[1] - want3).abs().sum()

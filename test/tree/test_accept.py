@@ -12,7 +12,7 @@ from tree_cases import make_tree, random_inputs
 # Tree: root(row 0) -> 1 (tok 5), 2 (tok 6); 1 -> 3 (tok 7), 4 (tok 8); 2 -> 5 (tok 9); pad row 6.
 PARENTS = [-1, 0, 0, 1, 1, 2]
 TOKENS = [100, 5, 6, 7, 8, 9]
-# target token at each of the 7 rows -> accept_len, accepted rows, bonus
+# target token at each of the 7 rows -> num_accepted, accepted rows, bonus
 HAND = [
     ([1, 2, 3, 4, 5, 6, 7], 0, [0, -1, -1], 1),  # no child of the root matches
     ([5, 42, 3, 4, 5, 6, 7], 1, [0, 1, -1], 42),  # row 1 matches, then none of its children
@@ -23,14 +23,14 @@ HAND = [
 ]
 
 
-@pytest.mark.parametrize("target,accept_len,accepted,bonus", HAND)
-def test_hand_made(target, accept_len, accepted, bonus):
+@pytest.mark.parametrize("target,num_accepted,accepted,bonus", HAND)
+def test_hand_made(target, num_accepted, accepted, bonus):
     tree = make_tree(PARENTS, TOKENS, budget=6, max_depth=2)
     res = accept_greedy(tree, torch.tensor([target]))
-    assert res.accept_len.tolist() == [accept_len]
+    assert res.num_accepted.tolist() == [num_accepted]
     assert res.accepted_node_idx.tolist() == [accepted]
     assert res.bonus_token.tolist() == [bonus]
-    assert res.accept_len.dtype == torch.int32 and res.accepted_node_idx.dtype == torch.int32
+    assert res.num_accepted.dtype == torch.int32 and res.accepted_node_idx.dtype == torch.int32
 
 
 def chain_verify(draft: list[int], target: list[int]):
@@ -55,7 +55,7 @@ def test_chain_tree_reduces_to_chain_verification():
         target = torch.randint(0, 3, (1, budget + 1), generator=gen)
         res = accept_greedy(tree, target)
         n, bonus = chain_verify(draft, target[0, : m + 1].tolist())
-        assert res.accept_len.tolist() == [n]
+        assert res.num_accepted.tolist() == [n]
         assert res.bonus_token.tolist() == [bonus]
         assert res.accepted_node_idx[0, : n + 1].tolist() == list(range(n + 1))
 
@@ -84,7 +84,7 @@ def test_random_trees_follow_planted_path():
             expect.append((stop, path[: stop + 1], 1000 + b))
         res = accept_greedy(tree, target)
         for b, (n, rows, bonus) in enumerate(expect):
-            assert int(res.accept_len[b]) == n
+            assert int(res.num_accepted[b]) == n
             assert res.accepted_node_idx[b].tolist() == rows + [-1] * (depth_limit + 1 - len(rows))
             assert int(res.bonus_token[b]) == bonus
 

@@ -213,7 +213,7 @@ def test_accept_equals_upstream_verify_tree_greedy(which):
                 target_predict=target,
             )
             ours = accept_greedy(tree, target)
-            assert torch.equal(ours.accept_len, accept_num), case
+            assert torch.equal(ours.num_accepted, accept_num), case
             offs = torch.arange(bs, device=DEV)[:, None] * n
             glob = torch.where(ours.accepted_node_idx >= 0, ours.accepted_node_idx + offs, -1).to(torch.int32)
             assert torch.equal(glob, accept_index), case
@@ -268,7 +268,7 @@ def test_cuda_graph_capture_and_replay(bs, budget, backend):
             assert torch.equal(getattr(g_topo, f), getattr(e_topo, f)), (trial, f)
         for x, y in zip(g_acc, e_acc):
             assert torch.equal(x, y), trial
-        assert int(g_acc.accept_len.min()) > 0  # the planted paths were accepted
+        assert int(g_acc.num_accepted.min()) > 0  # the planted paths were accepted
 
 
 def test_dummy_tree_topology_and_accept_on_cuda():
@@ -279,4 +279,4 @@ def test_dummy_tree_topology_and_accept_on_cuda():
     for f in TOPO_FIELDS:
         assert torch.equal(getattr(topo, f), getattr(want, f)), f
     acc = accept_greedy(tree, torch.zeros(4, 65, dtype=torch.int64, device=DEV))
-    assert acc.accept_len.tolist() == [0] * 4 and acc.bonus_token.tolist() == [0] * 4
+    assert acc.num_accepted.tolist() == [0] * 4 and acc.bonus_token.tolist() == [0] * 4

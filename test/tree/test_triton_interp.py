@@ -212,7 +212,7 @@ else:
                     batch_size=bs, num_speculative_tokens=width, num_draft_tokens=n,
                 )
                 ours = accept_greedy(tree, target, backend="triton")
-                assert torch.equal(ours.accept_len, accept_num), cfg
+                assert torch.equal(ours.num_accepted, accept_num), cfg
                 offs = torch.arange(bs)[:, None] * n
                 glob = torch.where(ours.accepted_node_idx >= 0, ours.accepted_node_idx + offs, -1)
                 assert torch.equal(glob.to(torch.int32), accept_index), cfg

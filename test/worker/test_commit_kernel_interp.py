@@ -30,7 +30,7 @@ else:
         (4, 5, 4, 40, 0.9, torch.int32, torch.int32),
         (2, 7, 2, 3, 1.0, torch.int64, torch.int64),  # budget < depth: W = budget + 1 = N
         (1, 3, 1, 1, 1.0, torch.int64, torch.int32),  # one node: W = N = 2
-        (5, 6, 3, 30, 0.0, torch.int64, torch.int64),  # the target never agrees: accept_len 1
+        (5, 6, 3, 30, 0.0, torch.int64, torch.int64),  # the target never agrees: accept length 1 (the bonus only)
     ])
     @pytest.mark.parametrize("seed", range(3))
     def test_kernel_matches_torch(bs, depth, k, budget, agree, prefix_dtype, target_dtype, seed):
@@ -60,7 +60,7 @@ else:
                                    backend="triton")
         for field in want._fields:
             a, b_ = getattr(got, field), getattr(want, field)
-            if field == "ctx_rows":  # rows past accept_len are unspecified
+            if field == "ctx_rows":  # rows past the accept length are unspecified
                 live = (torch.arange(width, device=DEV).view(1, width) < want.accept_lens.view(bs, 1).long()).reshape(-1)
                 a, b_ = a[live], b_[live]
             assert a.dtype == b_.dtype and a.shape == b_.shape and torch.equal(a, b_), (field, a, b_)

@@ -25,7 +25,7 @@ from sglang_ddtree.tree.reference import accept_greedy_torch, build_tree_referen
 @dataclass
 class RoundStats:
     tree_size: int  # draft nodes verified (root excluded)
-    accept_len: int  # draft tokens accepted (bonus excluded)
+    num_accepted: int  # accepted drafts (bonus excluded); the round's accept length is num_accepted + 1
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Generation:
     @property
     def tokens_per_round(self) -> float:
         """The paper's acceptance length tau: accepted draft tokens + the bonus token, per round."""
-        return sum(r.accept_len + 1 for r in self.rounds) / max(len(self.rounds), 1)
+        return sum(r.num_accepted + 1 for r in self.rounds) / max(len(self.rounds), 1)
 
 
 def next_tokens(logits: torch.Tensor, temperature: float, generator: Optional[torch.Generator]) -> torch.Tensor:
@@ -100,12 +100,12 @@ def speculative_generate(target: Qwen3ForCausalLM, drafter: DFlashDraftModel, pr
         input_ids, positions, mask = tree_verify_inputs(tree, start)
         out = target(input_ids, positions, cache, mask, capture_layer_ids=layer_ids)
         accepted = accept_greedy_torch(tree, next_tokens(out.logits[0], temperature, generator)[None])
-        path = accepted.accepted_node_idx[0, : int(accepted.accept_len[0]) + 1].long()  # root first
+        path = accepted.accepted_node_idx[0, : int(accepted.num_accepted[0]) + 1].long()  # root first
         cache.append(out.kv, path)
         context.append(drafter.context_kv(out.features[:, path], positions[:, path]))
         bonus = int(accepted.bonus_token[0])
         gen.tokens += input_ids[0, path[1:]].tolist() + [bonus]
-        gen.rounds.append(RoundStats(tree_size=int(tree.num_nodes[0]) - 1, accept_len=len(path) - 1))
+        gen.rounds.append(RoundStats(tree_size=int(tree.num_nodes[0]) - 1, num_accepted=len(path) - 1))
     gen.tokens = _truncate(gen.tokens, max_new_tokens, eos_token_id)
     return gen
 

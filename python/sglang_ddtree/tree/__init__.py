@@ -15,9 +15,12 @@ Vocabulary
 - **budget** B: the number of nodes; the tree is the B highest-scoring prefixes of depth <= L-1, and
   every request has ``N = B + 1`` rows (root + B). Fewer real prefixes (e.g. K = 1, B > L-1) -> pads.
 - **ancestor mask**: row i may attend column j iff j is i or an ancestor of i (plus the whole prefix).
-- **accept length**: how many nodes, walking from the root, match the target's choice at their parent;
-  the **bonus token** is the target's choice at the last accepted node (root if none), so a round
-  yields accept length + 1 new tokens.
+- **accepted drafts** (``num_accepted``, 0..max depth): how many nodes, walking from the root, match
+  the target's choice at their parent; the **bonus token** is the target's choice at the last accepted
+  node (root if none).
+- **accept length** = accepted drafts + 1 (the bonus): the tokens a round commits (1..max depth + 1), the
+  paper's tau and SGLang's ``accept_lens`` / ``spec_accept_length``. One name each, everywhere (code,
+  metrics, docs): ``num_accepted`` never includes the bonus, ``accept_len(s)`` / accept length always does.
 
 Row order: by depth, then within a depth best first - higher score, then lower parent row, then lower
 rank k among the top-K (the tie-breaks below). So every parent row < child row, and a node's children

@@ -18,10 +18,10 @@ def accept_greedy(tree: Tree, target_tokens: torch.Tensor, *, backend: str = "au
     """Greedy acceptance of every request's tree.
 
     Shape: target_tokens [bs, N] int64 or int32 (the target's argmax at every row, row 0 = the root)
-    -> AcceptResult(accept_len [bs] int32, accepted_node_idx [bs, max_depth + 1] int32, bonus_token
+    -> AcceptResult(num_accepted [bs] int32 (accepted drafts), accepted_node_idx [bs, max_depth + 1] int32, bonus_token
     [bs] int64). accepted_node_idx holds local rows (add ``b * N`` for SGLang's flattened
-    ``accept_index``): column 0 is the root (0), columns 1..accept_len the accepted nodes, the rest -1.
-    New tokens this round: the accepted nodes' tokens, then the bonus token (accept_len + 1 in all).
+    ``accept_index``): column 0 is the root (0), columns 1..num_accepted the accepted nodes, the rest -1.
+    New tokens this round: the accepted nodes' tokens, then the bonus token (the accept length, num_accepted + 1).
     """
     check_tree(tree)
     bs, n = tree.parents.shape
@@ -37,7 +37,7 @@ def accept_greedy(tree: Tree, target_tokens: torch.Tensor, *, backend: str = "au
     dev = tree.parents.device
     target = target_tokens if target_tokens.stride(1) == 1 else target_tokens.contiguous()
     out = AcceptResult(
-        accept_len=torch.empty(bs, dtype=torch.int32, device=dev),
+        num_accepted=torch.empty(bs, dtype=torch.int32, device=dev),
         accepted_node_idx=torch.empty(bs, tree.max_depth + 1, dtype=torch.int32, device=dev),
         bonus_token=torch.empty(bs, dtype=torch.int64, device=dev),
     )
@@ -48,7 +48,7 @@ def accept_greedy(tree: Tree, target_tokens: torch.Tensor, *, backend: str = "au
         tree.parents,
         tree.valid,
         target,
-        out.accept_len,
+        out.num_accepted,
         out.accepted_node_idx,
         out.bonus_token,
         n,

@@ -76,8 +76,8 @@ class VerifyTopology:
 
 
 class AcceptResult(NamedTuple):
-    """Greedy acceptance; unpacks as ``(accept_len, accepted_node_idx, bonus_token)``."""
+    """Greedy acceptance; unpacks as ``(num_accepted, accepted_node_idx, bonus_token)``."""
 
-    accept_len: torch.Tensor  # [bs] int32; accepted draft nodes, root excluded (0..max_depth)
+    num_accepted: torch.Tensor  # [bs] int32; accepted drafts, root and bonus excluded (0..max_depth)
     accepted_node_idx: torch.Tensor  # [bs, max_depth + 1] int32; col 0 = root (0), then rows, pad -1
     bonus_token: torch.Tensor  # [bs] int64; target token at the deepest accepted node

@@ -318,7 +318,7 @@ def accept_greedy_torch(tree: Tree, target_tokens: torch.Tensor) -> AcceptResult
         cols.append(torch.where(alive, nxt, -1).squeeze(1))
     accepted = torch.stack(cols, dim=1).to(torch.int32)
     return AcceptResult(
-        accept_len=(accepted[:, 1:] >= 0).sum(1).to(torch.int32),
+        num_accepted=(accepted[:, 1:] >= 0).sum(1).to(torch.int32),
         accepted_node_idx=accepted,
         bonus_token=target.gather(1, cur).squeeze(1),
     )

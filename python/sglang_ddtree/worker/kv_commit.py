@@ -85,14 +85,14 @@ def greedy_accept_commit(
     int64, prefix_lens [bs] int, width W <= N. Accepts what ``verify_tree_greedy`` accepts. No host sync.
     """
     from sglang_ddtree.tree import accept_greedy
-    from sglang_ddtree.tree._common import next_pow2, use_triton
+    from sglang_ddtree.tree._common import next_pow2, num_warps_for_rows, use_triton
 
     bs, n = tokens.shape
     if not 1 <= width <= n:
         raise ValueError(f"width must be in [1, {n}], got {width}")
     if not use_triton("greedy_accept_commit", tokens.device, backend):
         res = accept_greedy(tree, target, backend="torch")
-        return commit_from_rows(target, res.accepted_node_idx[:, :width], res.accept_len + 1, verify_loc, prefix_lens)
+        return commit_from_rows(target, res.accepted_node_idx[:, :width], res.num_accepted + 1, verify_loc, prefix_lens)
 
     from sglang_ddtree.worker.kernels.commit import ddtree_accept_commit_kernel
 
@@ -114,7 +114,7 @@ def greedy_accept_commit(
         out.out_tokens, out.bonus, out.accept_lens, out.new_seq_lens, out.kv_tgt, out.kv_src, out.ctx_rows,
         out.ctx_loc_2d, out.ctx_positions,
         n, width, target.stride(0), verify_loc.stride(0),
-        BLOCK_N=next_pow2(n), BLOCK_W=next_pow2(width), num_warps=4 if n <= 1024 else 8,
+        BLOCK_N=next_pow2(n), BLOCK_W=next_pow2(width), num_warps=num_warps_for_rows(n),
     )
     return out
 

@@ -37,10 +37,11 @@ class AcceptHistogram:
         assert accept_width >= 1, accept_width
         self.counts: List[int] = [0] * accept_width
 
-    def add(self, correct_drafts: Sequence[int]) -> None:
-        """Count one round of a batch: accepted drafts (bonus excluded) per request, host ints."""
+    def add(self, num_accepted: Sequence[int]) -> None:
+        """Count one round of a batch: accepted drafts (bonus excluded; upstream's
+        ``num_correct_drafts_per_req_cpu``) per request, host ints."""
         counts = self.counts
-        for n in correct_drafts:
+        for n in num_accepted:
             if n >= len(counts):  # cannot happen with a valid tree; keep the count rather than drop it
                 counts.extend([0] * (n + 1 - len(counts)))
             counts[n] += 1

@@ -20,13 +20,13 @@ def ddtree_accept_commit_kernel(
     target_ptr,  # [bs, N] int32/int64, target's token at each row
     loc_ptr,  # [bs, N] int64, verify out_cache_loc
     prefix_ptr,  # [bs] int32/int64, committed length before the round
-    out_tok_ptr,  # [bs, W] int64 out: new tokens, the first accept_len valid
+    out_tok_ptr,  # [bs, W] int64 out: new tokens, the first accept length valid
     bonus_ptr,  # [bs] int64 out
     accept_len_ptr,  # [bs] int32 out: accepted drafts + 1
-    new_len_ptr,  # [bs] int64 out: prefix + accept_len
-    kv_tgt_ptr,  # [bs, W] int64 out: move_kv_cache targets (0 past accept_len)
-    kv_src_ptr,  # [bs, W] int64 out: move_kv_cache sources (0 past accept_len)
-    ctx_row_ptr,  # [bs, W] int64 out: flattened verify row of the node at each depth (b * N past accept_len)
+    new_len_ptr,  # [bs] int64 out: prefix + accept length
+    kv_tgt_ptr,  # [bs, W] int64 out: move_kv_cache targets (0 past the accept length)
+    kv_src_ptr,  # [bs, W] int64 out: move_kv_cache sources (0 past the accept length)
+    ctx_row_ptr,  # [bs, W] int64 out: flattened verify row of the node at each depth (b * N past the accept length)
     ctx_loc_ptr,  # [bs, W] int64 out: final slot of depth d = verify_loc[b, d]
     ctx_pos_ptr,  # [bs, W] int64 out: prefix + d
     num_rows,  # N
