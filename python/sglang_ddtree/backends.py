@@ -20,13 +20,13 @@ UNSUPPORTED_TARGET_BACKENDS = {
     "trtllm_mha": "it has no custom (tree) attention mask",
 }
 
-# Chosen for the target when the user names no attention backend at all: fa3 on Hopper when its kernel
-# library is installed (SGLang's own Hopper default, so what a DFLASH baseline there runs on; on the tiny pair
-# DDTREE decodes as fast on fa3 as on triton, paired H200 medians within noise, benchmark/results/
-# paired_fa3_h200_session5.json), else triton (tested everywhere SGLang runs; flashinfer JIT-compiles for
-# minutes at a first start).
-FALLBACK_TARGET_ATTENTION_BACKEND = "triton"
-HOPPER_TARGET_ATTENTION_BACKEND = "fa3"
+# Chosen for the target when the user names no attention backend at all: the fastest tested one measured for
+# DDTREE. On the H200 (paired, tiny pair, benchmark/results/paired_fa3_h200_session5*.json) DDTREE b64 on fa3
+# against triton: per-repetition medians 0.94 / 0.98 / 1.06 at bs 1 / 16 / 48 (5 repetitions) and 0.91 / 0.86 /
+# 0.77 (3 repetitions): fa3 is not faster, so triton stays the default there; elsewhere triton is the backend
+# tested on every GPU (fa3 is a Hopper kernel library; flashinfer JIT-compiles for minutes at a first start).
+DEFAULT_TARGET_ATTENTION_BACKEND = "triton"
+DEFAULT_REASON = "the fastest tested tree-verify backend measured for DDTREE on the H200"
 
 
 def tested_backends_text() -> str:
@@ -37,7 +37,7 @@ def tested_backends_text() -> str:
 
 def fa3_library_installed() -> bool:
     """Whether sgl_kernel's FA3 library (``flash_ops``, 1.1 GB, left out of some installs) is on disk; found
-    without importing it."""
+    without importing it (for the doctor)."""
     import importlib.util
     import os
 
@@ -47,28 +47,6 @@ def fa3_library_installed() -> bool:
         return False
     dirs = list(spec.submodule_search_locations or []) if spec is not None else []
     return any(name.startswith("flash_ops") for d in dirs if os.path.isdir(d) for name in os.listdir(d))
-
-
-def cuda_capability():
-    """(major, minor) of GPU 0, or None without a CUDA GPU (or torch)."""
-    try:
-        import torch
-
-        return tuple(torch.cuda.get_device_capability(0)) if torch.cuda.is_available() else None
-    except Exception:  # a broken driver install: the server fails later with its own message
-        return None
-
-
-def default_target_attention_backend(capability=None, fa3_installed=None):
-    """(backend, why) for the target when the user names none: fa3 on Hopper (sm_90) with the FA3 library
-    installed, else triton. ``capability`` / ``fa3_installed`` default to this machine's."""
-    capability = cuda_capability() if capability is None else tuple(capability)
-    if capability is not None and capability[0] == 9:
-        if fa3_installed if fa3_installed is not None else fa3_library_installed():
-            return HOPPER_TARGET_ATTENTION_BACKEND, "Hopper GPU (sm_90): SGLang's fa3 default"
-        return FALLBACK_TARGET_ATTENTION_BACKEND, "Hopper GPU, but sgl_kernel's FA3 library is not installed"
-    arch = f"sm_{capability[0]}{capability[1]}" if capability is not None else "no CUDA GPU visible"
-    return FALLBACK_TARGET_ATTENTION_BACKEND, f"{arch}: fa3 is a Hopper kernel library"
 
 
 def refusal_reason(backend: str) -> str:

@@ -59,7 +59,7 @@ print("\n@@doctor@@" + json.dumps(results))
 
 # Compute capability -> (architecture, attention backends DDTREE can verify trees with there).
 _GPU_FAMILIES = {
-    (9, 0): ("Hopper", "triton, flashinfer (fa3 untested with DDTREE; trtllm_mha has no tree mask)"),
+    (9, 0): ("Hopper", "triton (default), flashinfer, fa3 (tested on the H200; trtllm_mha has no tree mask)"),
     (10, 0): ("Blackwell (datacenter)", "triton, flashinfer (trtllm_mha has no tree mask)"),
     (10, 3): ("Blackwell (datacenter)", "triton, flashinfer (trtllm_mha has no tree mask)"),
     (12, 0): ("Blackwell (workstation/consumer)", "triton, flashinfer (trtllm_mha rejects SM120)"),
@@ -205,7 +205,13 @@ def check_gpu() -> Check:
     if family is None:
         return Check("GPU", "WARN", f"{name} (sm_{cap[0]}{cap[1]}): not a tested architecture; try --attention-backend triton",
                      required=False)
-    return Check("GPU", "OK", f"{name} (sm_{cap[0]}{cap[1]}, {family[0]}); DDTREE target attention backends: {family[1]}")
+    detail = f"{name} (sm_{cap[0]}{cap[1]}, {family[0]}); DDTREE target attention backends: {family[1]}"
+    if cap == (9, 0):
+        from sglang_ddtree.backends import fa3_library_installed
+
+        if not fa3_library_installed():
+            detail += "; sgl_kernel's FA3 library (flash_ops) is NOT installed, so fa3 is unavailable here"
+    return Check("GPU", "OK", detail)
 
 
 def check_upstream_symbols() -> Check:

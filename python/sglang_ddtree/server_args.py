@@ -18,7 +18,7 @@ from typing import Optional
 from sglang.srt.arg_groups.arg_utils import A, Arg
 from sglang.srt.server_args import ServerArgs
 
-from sglang_ddtree.backends import TESTED_TARGET_ATTENTION_BACKENDS, default_target_attention_backend
+from sglang_ddtree.backends import DEFAULT_REASON, DEFAULT_TARGET_ATTENTION_BACKEND, TESTED_TARGET_ATTENTION_BACKENDS
 from sglang_ddtree.config import (
     DEFAULT_BUDGET,
     DEFAULT_TOPK,
@@ -84,11 +84,10 @@ class DDTreeServerArgs(ServerArgs):
         reject_unsupported_requested_backends(requested)
         self._ddtree_requested_attention_backends = requested
         if all(b is None for b in requested):
-            backend, why = default_target_attention_backend()
-            self.attention_backend = backend
+            self.attention_backend = DEFAULT_TARGET_ATTENTION_BACKEND
             logger.warning(
                 "DDTREE: no --attention-backend given; using '%s' (%s; tree verify is tested with %s).",
-                backend, why, ", ".join(TESTED_TARGET_ATTENTION_BACKENDS),
+                DEFAULT_TARGET_ATTENTION_BACKEND, DEFAULT_REASON, ", ".join(TESTED_TARGET_ATTENTION_BACKENDS),
             )
 
 

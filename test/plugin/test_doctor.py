@@ -147,3 +147,18 @@ def test_the_check_passes_when_the_modules_import():
 ])
 def test_each_failed_import_gets_its_fix(failure, fix):
     assert doctor._import_fix(*failure) == fix
+
+
+@pytest.mark.parametrize("fa3_installed", [True, False])
+def test_gpu_check_names_the_backends_and_a_missing_fa3_library(monkeypatch, fa3_installed):
+    import torch
+
+    from sglang_ddtree import backends, doctor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    monkeypatch.setattr(backends, "fa3_library_installed", lambda: fa3_installed)
+    check = doctor.check_gpu()
+    assert check.status == "OK" and "triton (default), flashinfer, fa3" in check.detail
+    assert ("FA3 library (flash_ops) is NOT installed" in check.detail) is (not fa3_installed)
