@@ -16,16 +16,8 @@ OUT=${OUT:-/tmp/gpu_suite_out}
 SUITE=${SUITE:-gpu_suite}
 LOGS=/tmp/$SUITE.logs
 mkdir -p "$OUT" "$LOGS"
-if [ -f .device/env.sh ]; then
-  # shellcheck disable=SC1091
-  source .device/env.sh
-fi
-EP=/tmp/ddt_ep/sglang_ddtree-0.1.0.dist-info
-mkdir -p "$EP"
-printf 'Metadata-Version: 2.1\nName: sglang_ddtree\nVersion: 0.1.0\n' > "$EP/METADATA"
-printf '[sglang.srt.plugins]\nddtree = sglang_ddtree.plugin:register\n' > "$EP/entry_points.txt"
-export PYTHONPATH=/tmp/ddt_ep:$PWD/python:${PYTHONPATH:-}
-export PYTHONUNBUFFERED=1
+# shellcheck disable=SC1091
+source scripts/device/plugin_env.sh
 {
   echo "date $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1

@@ -36,12 +36,7 @@ case "${1:-}" in
     OUT=${OUT:-/tmp/paired_out}
     mkdir -p "$OUT"
     # shellcheck disable=SC1091
-    source .device/env.sh
-    EP=/tmp/ddt_ep/sglang_ddtree-0.1.0.dist-info
-    mkdir -p "$EP"
-    printf 'Metadata-Version: 2.1\nName: sglang_ddtree\nVersion: 0.1.0\n' > "$EP/METADATA"
-    printf '[sglang.srt.plugins]\nddtree = sglang_ddtree.plugin:register\n' > "$EP/entry_points.txt"
-    export PYTHONPATH=/tmp/ddt_ep:$PWD/python:${PYTHONPATH:-}
+    source scripts/device/plugin_env.sh
     read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
     timeout 150 python3 benchmark/bench_tree.py --quick --heap-max-ms 30 --out "$OUT/bench_tree.json" > "$OUT/bench_tree.log" 2>&1
     echo "bench_tree rc=$?"; tail -n 25 "$OUT/bench_tree.log"
