@@ -179,9 +179,11 @@ class Watch:
                     now = unit_main_pid(self.unit)
                 except UsageError:  # systemctl hiccup: keep watching the PID it gave
                     pass
-            if not now or now != self.unit_pid or not pid_alive(now):
-                pid_now = f"now {now}" if now else "none now"
-                self.gone = f"unit {self.unit}'s main process {self.unit_pid or '(none)'} died (MainPID {pid_now})"
+            if not self.unit_pid:
+                self.gone = f"unit {self.unit} has no main process (MainPID 0: not running, or no such unit)"
+            elif now != self.unit_pid or not pid_alive(now):
+                now_is = f" (MainPID now {now})" if now != self.unit_pid else ""
+                self.gone = f"unit {self.unit}'s main process {self.unit_pid} died{now_is}"
         return self.gone is None
 
     def describe(self) -> str:

@@ -190,6 +190,15 @@ def test_unit_main_pid_is_watched_and_its_journal_tailed(tmp_path):
         assert "pip install jsonschema" in out.stderr
 
 
+def test_unit_with_no_main_process_exits_1_at_once(tmp_path):
+    log = tmp_path / "journal"
+    log.write_text("sglang.service: Failed with result 'exit-code'.\n")
+    out, _ = wait_healthy("--url", "http://127.0.0.1:9", "--unit", "sglang.service", env=_fake_systemd(tmp_path, 0, log))
+    assert out.returncode == 1, out.stderr
+    assert "unit sglang.service has no main process (MainPID 0: not running, or no such unit)" in out.stderr
+    assert "Failed with result 'exit-code'." in out.stderr
+
+
 def test_unit_without_systemctl_is_one_clear_error(tmp_path):
     env = dict(os.environ, PATH=str(tmp_path))  # nothing on PATH
     out, _ = wait_healthy("--url", "http://127.0.0.1:9", "--unit", "sglang.service", env=env)
