@@ -1,6 +1,7 @@
 """The target attention backend of the engine-level GPU tests that run one backend at a time
 (sampling, everyday features, observability): ``DDTREE_TEST_BACKEND`` = triton (default) | flashinfer | fa3,
-e.g. ``DDTREE_TEST_BACKEND=fa3 python -m pytest -m gpu test/worker/test_sampling_gpu.py``."""
+e.g. ``DDTREE_TEST_BACKEND=fa3 python -m pytest -m gpu test/worker/test_sampling_gpu.py``; and whether fa3's
+kernel library is there (``fa3_status``, for the tests that cover every backend)."""
 
 import os
 
@@ -15,3 +16,13 @@ def test_backend() -> str:
 
 
 test_backend.__test__ = False  # not a pytest test
+
+
+def fa3_status():
+    """(available, reason): fa3 needs sgl_kernel's separately staged FA3 library (``flash_ops``, 1.1 GB)."""
+    try:
+        import sgl_kernel.flash_ops  # noqa: F401
+    except Exception as e:  # ImportError, or OSError from a missing / partial library
+        return False, (f"fa3 not available here: sgl_kernel.flash_ops does not import ({type(e).__name__}: {e}); "
+                       "stage the FA3 library first (shared/device/README.md, 'The fa3 backend')")
+    return True, ""

@@ -20,6 +20,8 @@ import sys
 
 import pytest
 
+from _gpu_backend import fa3_status
+
 pytestmark = pytest.mark.gpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,21 +46,14 @@ def _load(name):
     return mod
 
 
-def _fa3_available() -> bool:
-    try:
-        from sgl_kernel import flash_ops  # noqa: F401  (the 1.1 GB FA3 library; a separate download on some set-ups)
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def report(request, tmp_path_factory):
     from sglang_ddtree.fixtures import tiny_pair_path
 
     backend = request.param
-    if backend == "fa3" and not _fa3_available():
-        pytest.skip("fa3: sgl_kernel.flash_ops (the FA3 kernel library) is not installed")
+    fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
+    if not fa3_ok:
+        pytest.skip(fa3_reason)
     pair = tiny_pair_path()
     out = tmp_path_factory.mktemp("e2e") / f"e2e_{backend}.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "bench_e2e.py"), "--target", pair.target,

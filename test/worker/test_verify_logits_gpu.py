@@ -60,6 +60,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+from _gpu_backend import fa3_status  # noqa: E402
 from _test_plugin_env import plugin_env  # noqa: E402  (also puts test/_test_plugin on sys.path)
 
 from ddtree_test_hooks import verify_check as vc  # noqa: E402
@@ -77,16 +78,6 @@ ENGINE = dict(dtype="bfloat16", mem_fraction_static=0.3, context_length=1024, ma
 
 def engine_name(backend: str, config: str) -> str:
     return f"{backend}_{config}"
-
-
-def fa3_status():
-    """(available, reason): fa3 needs sgl_kernel's separately staged FA3 library."""
-    try:
-        import sgl_kernel.flash_ops  # noqa: F401
-    except Exception as e:  # ImportError, or OSError from a missing / partial library
-        return False, (f"fa3 not available here: sgl_kernel.flash_ops does not import ({type(e).__name__}: {e}); "
-                       "stage the FA3 library first (shared/device/README.md, 'The fa3 backend')")
-    return True, ""
 
 
 def make_plan(tmp_dir: str, target: str, draft: str, prompts, backends, only=None) -> dict:

@@ -24,6 +24,8 @@ import sys
 
 import pytest
 
+from _gpu_backend import fa3_status
+
 from _generated_models import generate_models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,18 +50,11 @@ def _run(models_root, tmp_path, configs):
     return {r["config"]: r for r in map(json.loads, open(out / "results.jsonl"))}
 
 
-def _fa3_available() -> bool:
-    try:
-        from sgl_kernel import flash_ops  # noqa: F401  (the 1.1 GB FA3 kernel library)
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3"])
 def test_sharp_models_token_identical(models_root, tmp_path, backend):
-    if backend == "fa3" and not _fa3_available():
-        pytest.skip("fa3: sgl_kernel.flash_ops (the FA3 kernel library) is not installed")
+    fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
+    if not fa3_ok:
+        pytest.skip(fa3_reason)
     dd = [f"dd_{backend}_b1", f"dd_{backend}_b15", f"dd_{backend}_b64", f"dd_{backend}_b256",
           f"dd_{backend}_b64_nograph", f"dd_{backend}_b15_nooverlap"]
     dd += ["dd_triton_b15_nograph", "dd_triton_b64_reversed"] if backend == "triton" else []
