@@ -1,0 +1,601 @@
+#!/usr/bin/env python3
+"""Paired per-round cost at real model shapes: random (dummy) weights, no checkpoint, no tokenizer.
+
+For each built-in shape this writes a Qwen3 target ``config.json`` and a DFlash drafter ``config.json``,
+starts one ``sglang.Engine`` per configuration in its own child process (``load_format="dummy"``, the draft
+following it; ``skip_tokenizer_init``), one after another, all alive on one GPU, and times them in rotated
+alternation as ``bench_paired.py`` does. A measurement generates c random prompts at once twice, with M1
+(``--new-tokens``) and M0 (``--base-tokens``) new tokens; per-round ms = (wall(M1) - wall(M0)) /
+(rounds(M1) - rounds(M0)), rounds = the max over requests of ``spec_verify_ct`` (``completion_tokens - 1``
+for plain), which cancels prefill and per-request set-up. Every generate gets fresh seeded prompts (the
+same for every config), so no prefix cache hit skews one of the pair. Dummy weights accept ~1 token per
+round, so throughput is projected as c * tau / round_ms from an accept-length table (``--accept-table``
+or the built-in one below). ``--profile-dir`` also records a torch-profiler trace per config and listed
+concurrency and embeds ``analyze_trace.analyze`` of it.
+
+    python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b] \
+        [--configs plain,dflash,ddtree:16:8,ddtree:64:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
+        [--accept-table FILE.json] [--profile-dir D --profile-concurrency 1,32]
+    python benchmark/bench_shape.py --plot shape.json --plot-dir plots/
+Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, ``+fa3`` /
+``+triton`` / ``+flashinfer`` / ``+nograph`` / ``+nooverlap``).
+
+Shapes. Qwen3-8B: 36 layers, hidden 4096, intermediate 12288, 32 / 8 heads, head_dim 128, vocab 151936,
+rope_theta 1e6, untied embeddings; Qwen3-4B: hidden 2560, intermediate 9728, tied embeddings, else the
+same (Qwen's published config.json, as copied into many Hub repos). Drafters: the published layout of
+z-lab/Qwen3-{8B,4B}-DFlash-b16 as SpecForge ships it for training them (sgl-project/SpecForge
+``configs/qwen3-8b-dflash.json`` and ``configs/qwen3-4b-dflash.json``, also vllm-project/speculators'
+conversion test of the 8B one): the target's hidden / intermediate / heads, 5 full-attention layers,
+block 16, num_target_layers 36, target_layer_ids [1, 9, 17, 25, 33], mask_token_id 151669, untied. The
+z-lab config.json files themselves could not be read here; ``mask_token`` "<|MASK|>" and
+``dflash_config.block_size`` are SGLang 0.5.16's defaults, written out. The drafter has no embedding or
+LM head (SGLang's DFlash draft model uses the target's), so its tie flag changes nothing.
+
+Accept table. DDTree paper (Ringel & Romano, arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau 7.79
+(Table 1); DDTree tau per node budget from the budget-tradeoff figure, read from the figure's vector PDF
+in the authors' repository (liranringel/ddtree, ``public/assets/project/math500-budget-tradeoff.pdf``, made
+by ``plot_results.py --case-study``, defaults Qwen3-8B / math500 / T=0), rounded to 0.01: 16: 8.61,
+32: 9.27, 64: 9.75, 128: 10.20, 256: 10.43, 512: 10.73 (= Table 1's best-budget 10.73), 1024: 10.98.
+A budget between table entries is interpolated linearly in log2(budget); outside, clamped (the report
+says which). ``ddtree:auto:<topk>`` (a chosen width) projects from meta_info's ``ddtree_mean_width`` at
+that width, else null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import glob
+import json
+import math
+import os
+import random
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_e2e import engine_kwargs, environment  # noqa: E402
+
+_TAG = "@@BENCH_SHAPE "
+CONTEXT_LENGTH = 1024
+DRAFT_BLOCK = 16
+TOKEN_IDS = (1000, 150000)  # random prompt ids are drawn from [1000, 150000)
+SHAPES = {  # name: (hidden, intermediate, tie_word_embeddings); both have 36 layers, 32 / 8 heads, head_dim 128
+    "qwen3-8b": (4096, 12288, False),
+    "qwen3-4b": (2560, 9728, True),
+}
+PAPER_ACCEPT = {
+    "source": "DDTree paper (arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau from Table 1, DDTree tau "
+              "per node budget from the budget-tradeoff figure (liranringel/ddtree, math500-budget-tradeoff.pdf)",
+    "plain": 1.0, "dflash": 7.79,
+    "ddtree": {"16": 8.61, "32": 9.27, "64": 9.75, "128": 10.20, "256": 10.43, "512": 10.73, "1024": 10.98},
+}
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+def shape_configs(name: str) -> tuple[dict, dict]:
+    """(target config.json, drafter config.json) of a built-in shape."""
+    hidden, inter, tied = SHAPES[name]
+    common = {"model_type": "qwen3", "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "hidden_act": "silu",
+              "attention_bias": False, "attention_dropout": 0.0, "rms_norm_eps": 1e-06,
+              "max_position_embeddings": 40960, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+              "torch_dtype": "bfloat16", "bos_token_id": 151643, "eos_token_id": 151645, "initializer_range": 0.02,
+              "use_cache": True, "use_sliding_window": False, "sliding_window": None}
+    target = dict(common, architectures=["Qwen3ForCausalLM"], num_hidden_layers=36, max_window_layers=36,
+                  layer_types=["full_attention"] * 36, tie_word_embeddings=tied)
+    draft = dict(common, architectures=["DFlashDraftModel"], num_hidden_layers=5, max_window_layers=5,
+                 layer_types=["full_attention"] * 5, tie_word_embeddings=False, block_size=DRAFT_BLOCK,
+                 num_target_layers=36,
+                 dflash_config={"target_layer_ids": [1, 9, 17, 25, 33], "mask_token": "<|MASK|>",
+                                "mask_token_id": 151669, "block_size": DRAFT_BLOCK})
+    return target, draft
+
+
+def write_shape(model_dir: str, name: str) -> tuple[str, str]:
+    """Write ``<model_dir>/<name>/{target,draft}/config.json``; returns the two directories."""
+    dirs = []
+    for role, cfg in zip(("target", "draft"), shape_configs(name)):
+        d = os.path.join(model_dir, name, role)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+        dirs.append(d)
+    return dirs[0], dirs[1]
+
+
+# ---- configs and projection --------------------------------------------------------------------
+def config_key(spec: str):
+    """``dflash+fa3`` -> ("dflash", None); ``ddtree:16:8+fa3`` -> ("ddtree", 16); ``ddtree:auto:8`` ->
+    ("ddtree", "auto")."""
+    base = spec.split("+")[0]
+    if base.startswith("ddtree:"):
+        budget = base.split(":")[1]
+        return "ddtree", budget if budget == "auto" else int(budget)
+    return base, None
+
+
+def tau_for_budget(ddtree_table: dict, budget: float) -> tuple[float, str]:
+    """Accept length at ``budget`` from {budget: tau}: exact, linear in log2(budget) between neighbours,
+    or clamped outside the table. Returns (tau, how)."""
+    points = sorted((int(b), float(t)) for b, t in ddtree_table.items())
+    xs = [b for b, _ in points]
+    if budget in xs:
+        return points[xs.index(budget)][1], "table"
+    if budget < xs[0] or budget > xs[-1]:
+        b, t = points[0] if budget < xs[0] else points[-1]
+        return t, f"clamped to the table's budget {b}"
+    i = bisect.bisect(xs, budget)
+    (b0, t0), (b1, t1) = points[i - 1], points[i]
+    w = (math.log2(budget) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
+    return t0 + w * (t1 - t0), f"interpolated in log2(budget) between {b0} and {b1}"
+
+
+def projected_tau(spec: str, table: dict, mean_width):
+    """(tau, how) for a config, or (None, why) when it cannot be projected."""
+    kind, budget = config_key(spec)
+    if kind != "ddtree":
+        return float(table[kind]), "table"
+    if budget == "auto":
+        if mean_width is None:
+            return None, "ddtree:auto without meta_info ddtree_mean_width"
+        tau, how = tau_for_budget(table["ddtree"], mean_width)
+        return tau, f"at ddtree_mean_width {mean_width:.1f}: {how}"
+    return tau_for_budget(table["ddtree"], budget)
+
+
+def load_accept_table(path: str) -> dict:
+    with open(path) as f:
+        table = json.load(f)
+    ok = (isinstance(table, dict) and all(isinstance(table.get(k), (int, float)) for k in ("plain", "dflash"))
+          and isinstance(table.get("ddtree"), dict) and table["ddtree"]
+          and all(str(b).isdigit() and isinstance(t, (int, float)) for b, t in table["ddtree"].items()))
+    if not ok:
+        raise ValueError(f"--accept-table {path}: want {{\"source\": ..., \"plain\": 1.0, \"dflash\": 7.79, "
+                         f"\"ddtree\": {{\"16\": 8.61, ...}}}}")
+    return table
+
+
+def prompts(seed: int, tag: str, c: int, length: int) -> list:
+    """c random prompts of ``length`` token ids, the same in every process for the same arguments."""
+    rng = random.Random(f"{seed}:{tag}:{c}")
+    return [[rng.randrange(*TOKEN_IDS) for _ in range(length)] for _ in range(c)]
+
+
+# ---- child: one engine -------------------------------------------------------------------------
+def fake_round_ms(spec: str, c: int) -> float:
+    """TEST ONLY: the fake engine's cost of one round, which the test expects to recover."""
+    kind, budget = config_key(spec)
+    return 4.0 + 0.05 * c + (0.0 if kind == "plain" else 2.0) + (budget / 32 if kind == "ddtree" else 0.0)
+
+
+class _FakeEngine:
+    """TEST ONLY (``BENCH_SHAPE_FAKE_ENGINE=1``): sleeps a fixed set-up plus ``fake_round_ms`` per round
+    (accept length 2 for speculative configs) and writes a tiny trace, so the CPU test runs the orchestration."""
+
+    def __init__(self, spec):
+        self.spec, (self.kind, self.budget) = spec, config_key(spec)
+
+    def generate(self, input_ids, sampling_params):
+        m, c = sampling_params["max_new_tokens"], len(input_ids)
+        rounds = m - 1 if self.kind == "plain" else math.ceil((m - 1) / 2)
+        time.sleep(0.02 + 0.002 * c + rounds * fake_round_ms(self.spec, c) / 1000)
+        meta = {"completion_tokens": m}
+        if self.kind != "plain":
+            meta["spec_verify_ct"] = rounds
+        if self.kind == "ddtree":
+            meta["ddtree_mean_width"] = 0.75 * self.budget
+        return [{"output_ids": [7] * m, "meta_info": dict(meta)} for _ in range(c)]
+
+    def start_profile(self, output_dir, **_):
+        self.profile_dir = output_dir
+
+    def stop_profile(self):
+        name = "/x/python/sglang_ddtree/worker/worker.py(9): _decode_round"
+        ev = [{"cat": "python_function", "ph": "X", "name": "/x/python/sglang/srt/s.py(1): event_loop", "ts": 0,
+               "dur": 1000, "args": {"Python id": 1}}]
+        for i in range(5):
+            ev.append({"cat": "python_function", "ph": "X", "name": name, "ts": 100 + 100 * i, "dur": 80,
+                       "args": {"Python id": 10 + i, "Python parent id": 1}})
+            ev.append({"cat": "kernel", "ph": "X", "name": "k", "ts": 110 + 100 * i, "dur": 50})
+        os.makedirs(self.profile_dir, exist_ok=True)
+        with open(os.path.join(self.profile_dir, "fake-TP-0.trace.json"), "w") as f:
+            json.dump({"traceEvents": ev}, f)
+
+    def shutdown(self):
+        pass
+
+
+def _measure(engine, spec: str, batch: list, max_new_tokens: int) -> dict:
+    """One generate of ``batch`` at once: wall seconds, rounds (see the module docstring), tokens, mean width."""
+    t = time.perf_counter()
+    outs = engine.generate(input_ids=batch, sampling_params=dict(temperature=0.0, max_new_tokens=max_new_tokens,
+                                                                 ignore_eos=True))
+    wall = time.perf_counter() - t
+    metas = [o["meta_info"] for o in outs]
+    tokens = [m.get("completion_tokens", len(o["output_ids"])) for m, o in zip(metas, outs)]
+    if config_key(spec)[0] == "plain":
+        per_request = [n - 1 for n in tokens]  # the first token comes from the prefill
+    elif all("spec_verify_ct" in m for m in metas):
+        per_request = [m["spec_verify_ct"] for m in metas]
+    else:
+        raise RuntimeError(f"{spec}: meta_info has no spec_verify_ct, so its rounds cannot be counted")
+    widths = [m["ddtree_mean_width"] for m in metas if m.get("ddtree_mean_width") is not None]
+    return {"wall_s": wall, "rounds": max(per_request), "rounds_sum": sum(per_request), "tokens": sum(tokens),
+            "mean_width": statistics.fmean(widths) if widths else None}
+
+
+def serve() -> int:
+    """Child: reads its set-up as the first stdin line, then one JSON command per line; answers one
+    ``_TAG`` line each."""
+    setup = json.loads(sys.stdin.readline())
+    spec, p = setup["spec"], setup["prompts"]
+    if os.environ.get("BENCH_SHAPE_FAKE_ENGINE") == "1":
+        engine = _FakeEngine(spec)
+    else:
+        import sglang
+
+        engine = sglang.Engine(model_path=setup["target"], **setup["engine"])
+    try:
+        for c in setup["concurrency"]:  # warm-up: every batch size once, untimed
+            _measure(engine, spec, prompts(p["seed"], "warmup", c, p["length"]), setup["base_tokens"])
+        print(_TAG + json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "quit":
+                break
+            c = cmd["c"]
+            if cmd["op"] == "measure":
+                ans = {str(m): _measure(engine, spec, prompts(p["seed"], f"{cmd['rep']}:{m}", c, p["length"]), m)
+                       for m in (setup["base_tokens"], setup["new_tokens"])}
+            else:  # profile
+                engine.start_profile(output_dir=cmd["dir"], activities=["CPU", "GPU"], with_stack=True,
+                                     record_shapes=False)
+                _measure(engine, spec, prompts(p["seed"], "profile", c, p["length"]), setup["new_tokens"])
+                engine.stop_profile()
+                ans = {"dir": cmd["dir"]}
+            print(_TAG + json.dumps(ans), flush=True)
+    finally:
+        engine.shutdown()
+    return 0
+
+
+class _Child:
+    def __init__(self, spec: str, setup: dict, log_path: str):
+        self.spec = spec
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+        self.proc.stdin.write(json.dumps(setup) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout_s: float) -> dict:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{self.spec}: engine process exited (rc {self.proc.poll()}); see {self.log.name}")
+            if line.startswith(_TAG):
+                return json.loads(line[len(_TAG):])
+            self.log.write(line)
+        raise TimeoutError(f"{self.spec}: no answer within {timeout_s} s; see {self.log.name}")
+
+    def ask(self, cmd: dict, timeout_s: float = 600) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.read(timeout_s)
+
+    def close(self):
+        try:
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=60)
+        except Exception:  # already gone, or stuck: make sure it ends
+            self.proc.kill()
+        self.log.close()
+
+
+# ---- parent: timing, report --------------------------------------------------------------------
+def _stats(values) -> dict:
+    return {"per_repetition": [round(v, 4) for v in values], "median": round(statistics.median(values), 4),
+            "min": round(min(values), 4), "max": round(max(values), 4)}
+
+
+def _round_ms(spec: str, c: int, ans: dict, args) -> dict:
+    """Per-round ms and accept length of one measurement (the M1 generate minus the M0 one)."""
+    m0, m1 = ans[str(args.base_tokens)], ans[str(args.new_tokens)]
+    d_rounds = m1["rounds"] - m0["rounds"]
+    if d_rounds <= 0:
+        raise RuntimeError(f"{spec} c {c}: rounds did not grow from {args.base_tokens} to {args.new_tokens} new "
+                           f"tokens ({m0['rounds']} -> {m1['rounds']}); raise --new-tokens")
+    return {"round_ms": (m1["wall_s"] - m0["wall_s"]) / d_rounds * 1000, "rounds": [m0["rounds"], m1["rounds"]],
+            "accept_length": m1["tokens"] / m1["rounds_sum"], "mean_width": m1["mean_width"]}
+
+
+def _analyze_profile(out_dir: str) -> dict:
+    """``analyze_trace.analyze`` of the newest trace under ``out_dir``: the whole dict goes next to the trace as
+    ``<trace>.analysis.json``; returned without its call_tree / loop_tree lists."""
+    from analyze_trace import analyze, load
+
+    traces = sorted((p for p in glob.glob(os.path.join(out_dir, "*.trace.json*")) if not p.endswith(".analysis.json")),
+                    key=os.path.getmtime)
+    if not traces:
+        return {"error": f"no *.trace.json* file in {out_dir}"}
+    full = analyze(load(traces[-1]))
+    with open(traces[-1] + ".analysis.json", "w") as f:
+        json.dump(full, f, indent=1)
+    return {"trace": traces[-1], **{k: v for k, v in full.items() if k not in ("call_tree", "loop_tree")}}
+
+
+def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
+    """runs[spec][c] = list of ``_round_ms`` per repetition -> (results[spec][c], best projected per c)."""
+    res, best = {}, {}
+    for spec, by_c in runs.items():
+        for c, ms in by_c.items():
+            rms = [m["round_ms"] for m in ms]
+            widths = [m["mean_width"] for m in ms if m["mean_width"] is not None]
+            width = statistics.median(widths) if widths else None
+            tau, how = projected_tau(spec, table, width)
+            med = statistics.median(rms)
+            rec = res.setdefault(spec, {})[str(c)] = {
+                "round_ms": [round(x, 4) for x in rms], "round_ms_median": round(med, 4),
+                "round_ms_min": round(min(rms), 4), "round_ms_max": round(max(rms), 4),
+                "rounds": [m["rounds"] for m in ms],
+                "accept_length_observed": round(statistics.median(m["accept_length"] for m in ms), 4),
+                "ddtree_mean_width": width, "tau": tau and round(tau, 4), "tau_source": how,
+                "projected_tokens_per_s": round(c * tau / med * 1000, 1) if tau else None}
+            for base in baselines:
+                if base == spec:
+                    continue
+                b_rms = [m["round_ms"] for m in runs[base][c]]
+                rec[f"round_ms_ratio_vs_{base}"] = _stats([x / b for x, b in zip(rms, b_rms)])
+                b_tau = projected_tau(base, table, None)[0]
+                if tau and b_tau:
+                    rec[f"projected_speedup_vs_{base}"] = _stats([(tau / x) / (b_tau / b) for x, b in zip(rms, b_rms)])
+            if rec["projected_tokens_per_s"] and rec["projected_tokens_per_s"] > best.get(str(c), {}).get(
+                    "projected_tokens_per_s", 0):
+                best[str(c)] = {"config": spec, "projected_tokens_per_s": rec["projected_tokens_per_s"]}
+    return res, best
+
+
+def run_shape(shape: str, configs: list, args, port_index: int, log_dir: str) -> dict:
+    """All engines of one shape alive together; returns its report entry."""
+    target_dir, draft_dir = write_shape(args.model_dir, shape)
+    engine = dict(dtype="bfloat16", sampling_backend="pytorch", context_length=CONTEXT_LENGTH,
+                  max_total_tokens=args.max_total_tokens, mem_fraction_static=args.mem_fraction,
+                  cuda_graph_max_bs_decode=max(args.concurrency), log_level="error", load_format="dummy",
+                  skip_tokenizer_init=True)
+    t0, children, runs, profile_dirs = time.time(), {}, {s: {c: [] for c in args.concurrency} for s in configs}, {}
+    try:
+        for i, spec in enumerate(configs):  # one after another: each engine sizes itself from the free memory
+            port = args.base_port + 100 * (port_index + i)
+            setup = {"spec": spec, "target": target_dir, "concurrency": args.concurrency,
+                     "base_tokens": args.base_tokens, "new_tokens": args.new_tokens,
+                     "prompts": {"seed": args.seed, "length": args.prompt_len},
+                     "engine": {**engine, "port": port, "nccl_port": port + 7,
+                                **engine_kwargs(spec, draft_dir, args.attention_backend)}}
+            children[spec] = _Child(spec, setup, os.path.join(log_dir, f"engine_{shape}_{i}.log"))
+            children[spec].read(args.start_timeout_s)
+            print(f"[bench_shape] {shape} {spec} ready ({time.time() - t0:.0f} s)", flush=True)
+        for rep in range(args.repeats):
+            for c in args.concurrency:
+                for spec in configs[rep % len(configs):] + configs[: rep % len(configs)]:
+                    m = _round_ms(spec, c, children[spec].ask({"op": "measure", "c": c, "rep": rep}), args)
+                    runs[spec][c].append(m)
+                    print(f"[bench_shape] {shape} rep {rep + 1}/{args.repeats} c {c:>3} {spec:>22}: "
+                          f"{m['round_ms']:8.3f} ms/round (rounds {m['rounds'][0]} -> {m['rounds'][1]}, "
+                          f"accept {m['accept_length']:.2f})", flush=True)
+        for spec in configs if args.profile_dir else ():
+            for c in args.profile_concurrency:
+                d = os.path.join(os.path.abspath(args.profile_dir), shape, spec.replace(":", "_").replace("+", "_"),
+                                 f"c{c}")
+                profile_dirs[spec, c] = children[spec].ask({"op": "profile", "c": c, "dir": d})["dir"]
+    finally:
+        for child in children.values():
+            child.close()
+    results, best = summarize(runs, args.table, args.baselines)
+    for (spec, c), d in profile_dirs.items():
+        results[spec][str(c)]["profile"] = _analyze_profile(d)
+    return {"target_dir": target_dir, "draft_dir": draft_dir, "results": results, "best_projected": best,
+            "wall_s": round(time.time() - t0, 1)}
+
+
+def _print_table(shape: str, entry: dict, concurrency: list) -> None:
+    print(f"[bench_shape] {shape}: median ms/round | projected tok/s", flush=True)
+    print(f"{'config':>24} " + " ".join(f"{'c=' + str(c):>18}" for c in concurrency))
+    for spec, by_c in entry["results"].items():
+        cells = []
+        for c in map(str, concurrency):
+            tps = by_c[c]["projected_tokens_per_s"]
+            cells.append(f"{by_c[c]['round_ms_median']:8.2f} |{'-' if tps is None else f'{tps:.0f}':>7}")
+        print(f"{spec:>24} " + " ".join(f"{x:>18}" for x in cells))
+    print("  best projected: " + ", ".join(f"c={c} {b['config']} ({b['projected_tokens_per_s']:.0f} tok/s)"
+                                           for c, b in entry["best_projected"].items()), flush=True)
+    notes = {f"{s}: {m['tau_source']}" for s, by_c in entry["results"].items() for m in by_c.values()
+             if m["tau_source"] != "table"}
+    for note in sorted(notes):
+        print(f"  tau {note}", flush=True)
+
+
+def plot(json_in: str, plot_dir: str) -> int:
+    """PNGs per shape: projected tok/s and ms/round vs concurrency, and the chosen width where reported."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(json_in) as f:
+        report = json.load(f)
+    os.makedirs(plot_dir, exist_ok=True)
+    panels = (("projected_tokens_per_s", "projected tokens/s (c * tau / round)"),
+              ("round_ms", "ms per round (median, min-max)"), ("chosen_width", "ddtree_mean_width (median)"))
+    key = {"projected_tokens_per_s": "projected_tokens_per_s", "round_ms": "round_ms_median",
+           "chosen_width": "ddtree_mean_width"}
+    for shape, entry in report["results"].items():
+        for name, ylabel in panels:
+            lines = {spec: sorted((int(c), m) for c, m in by_c.items() if m.get(key[name]) is not None)
+                     for spec, by_c in entry.get("results", {}).items()}
+            lines = {s: pts for s, pts in lines.items() if pts}
+            if not lines:
+                continue
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for spec, pts in lines.items():
+                xs, ys = [c for c, _ in pts], [m[key[name]] for _, m in pts]
+                if name == "round_ms":
+                    err = [[y - m["round_ms_min"] for y, (_, m) in zip(ys, pts)],
+                           [m["round_ms_max"] - y for y, (_, m) in zip(ys, pts)]]
+                    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=spec)
+                else:
+                    ax.plot(xs, ys, marker="o", label=spec)
+            ticks = sorted({c for pts in lines.values() for c, _ in pts})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [str(c) for c in ticks])
+            ax.set(xlabel="concurrency (requests decoded at once)", ylabel=ylabel, title=f"{shape}: {ylabel}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            path = os.path.join(plot_dir, f"{name}_{shape}.png")
+            fig.savefig(path, dpi=120, bbox_inches="tight")
+            plt.close(fig)
+            print(f"[bench_shape] wrote {path}", flush=True)
+    return 0
+
+
+def _int_list(ap, flag: str, value: str) -> list:
+    try:
+        out = [int(x) for x in value.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        ap.error(f"{flag} {value!r}: want comma-separated positive integers")
+    return out
+
+
+def _check(ap, args) -> None:
+    """Every argument error, before any engine starts; fills args.configs / baselines / table."""
+    args.shapes = args.shapes.split(",")
+    bad = [s for s in args.shapes if s not in SHAPES]
+    if bad:
+        ap.error(f"--shapes {bad}: unknown; use one or more of {sorted(SHAPES)}")
+    args.configs = args.configs.split(",")
+    if len(set(args.configs)) != len(args.configs):
+        ap.error(f"--configs {args.configs}: a config appears twice")
+    for spec in args.configs:
+        try:
+            engine_kwargs(spec, "D", args.attention_backend)
+        except ValueError as e:
+            ap.error(f"--configs: {e}")
+    if args.baselines is None:
+        args.baselines = [s for s in args.configs if config_key(s)[0] == "dflash"][:1] + \
+            [s for s in args.configs if s == "plain"]
+    else:
+        args.baselines = [b for b in args.baselines.split(",") if b]
+        missing = [b for b in args.baselines if b not in args.configs]
+        if missing:
+            ap.error(f"--baselines {missing} are not in --configs {args.configs}")
+    args.concurrency = _int_list(ap, "--concurrency", args.concurrency)
+    args.profile_concurrency = _int_list(ap, "--profile-concurrency", args.profile_concurrency)
+    if args.profile_dir and not set(args.profile_concurrency) <= set(args.concurrency):
+        ap.error(f"--profile-concurrency {args.profile_concurrency}: each must be in --concurrency {args.concurrency}")
+    for flag, value, low in (("--repeats", args.repeats, 1), ("--base-tokens", args.base_tokens, 1),
+                             ("--prompt-len", args.prompt_len, 1)):
+        if value < low:
+            ap.error(f"{flag} {value}: must be at least {low}")
+    if args.new_tokens <= args.base_tokens:
+        ap.error(f"--new-tokens {args.new_tokens}: must be larger than --base-tokens {args.base_tokens}")
+    if args.prompt_len + args.new_tokens + DRAFT_BLOCK > CONTEXT_LENGTH:
+        ap.error(f"--prompt-len {args.prompt_len} + --new-tokens {args.new_tokens}: must leave a draft block "
+                 f"({DRAFT_BLOCK}) of the context length {CONTEXT_LENGTH}")
+    if not 0 < args.mem_fraction < 1:
+        ap.error(f"--mem-fraction {args.mem_fraction}: must be in (0, 1)")
+    try:
+        args.table = load_accept_table(args.accept_table) if args.accept_table else PAPER_ACCEPT
+    except (OSError, ValueError) as e:
+        ap.error(str(e))
+    for spec in args.configs:  # an estimate: prompt + new tokens + the verified block or tree per request
+        kind, budget = config_key(spec)
+        extra = {"plain": 0, "dflash": DRAFT_BLOCK}.get(kind, budget + 1 if isinstance(budget, int) else 0)
+        need = max(args.concurrency) * (args.prompt_len + args.new_tokens + extra)
+        if need > args.max_total_tokens:
+            print(f"[bench_shape] warning: {spec} at c {max(args.concurrency)} needs about {need} KV slots, more "
+                  f"than --max-total-tokens {args.max_total_tokens}: requests may queue", flush=True)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="report JSON (required unless --plot)")
+    ap.add_argument("--shapes", default="qwen3-8b", help=f"comma-separated, of {sorted(SHAPES)}")
+    ap.add_argument("--configs", default="plain,dflash,ddtree:16:8,ddtree:64:8")
+    ap.add_argument("--baselines", help="paired ratios against these configs (default: the first dflash config "
+                    "and plain)")
+    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="requests decoded at once, comma-separated")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=64, help="M1: new tokens of the long generate")
+    ap.add_argument("--base-tokens", type=int, default=16, help="M0: new tokens of the short generate")
+    ap.add_argument("--prompt-len", type=int, default=128, help="random prompt token ids per request")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    ap.add_argument("--max-total-tokens", type=int, default=40000, help="KV pool cap of EACH engine")
+    ap.add_argument("--mem-fraction", type=float, default=0.88, help="mem_fraction_static of EACH engine")
+    ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--accept-table", help="JSON accept lengths for the projection (default: the DDTree paper's)")
+    ap.add_argument("--model-dir", help="where the shapes' config dirs are written (default: a temp dir)")
+    ap.add_argument("--start-timeout-s", type=float, default=600)
+    ap.add_argument("--base-port", type=int, default=32000)
+    ap.add_argument("--log-dir", help="engine logs (default: next to --out)")
+    ap.add_argument("--profile-dir", help="after timing, one torch-profiler trace per config and "
+                    "--profile-concurrency under this directory, analysed with analyze_trace.py")
+    ap.add_argument("--profile-concurrency", default="1,32")
+    ap.add_argument("--plot", metavar="JSON_IN", help="no engines: plot a report written by this script")
+    ap.add_argument("--plot-dir", help="where --plot writes its PNGs")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.serve:
+        return serve()
+    if bool(args.plot) != bool(args.plot_dir):
+        ap.error("--plot JSON_IN and --plot-dir DIR go together")
+    if args.plot:
+        return plot(args.plot, args.plot_dir)
+    if not args.out:
+        ap.error("--out is required (or --plot JSON_IN --plot-dir DIR)")
+    _check(ap, args)
+    args.model_dir = args.model_dir or tempfile.mkdtemp(prefix="bench_shape_")
+    log_dir = args.log_dir or os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(log_dir, exist_ok=True)
+    report = {"command": shlex.join([os.path.basename(sys.executable), sys.argv[0], *argv]),
+              "environment": environment(argv),
+              "settings": {"new_tokens": args.new_tokens, "base_tokens": args.base_tokens,
+                           "prompt_len": args.prompt_len, "prompt_token_ids": list(TOKEN_IDS), "seed": args.seed,
+                           "concurrency": args.concurrency, "repeats": args.repeats, "configs": args.configs,
+                           "baselines": args.baselines, "attention_backend": args.attention_backend,
+                           "context_length": CONTEXT_LENGTH, "max_total_tokens": args.max_total_tokens,
+                           "mem_fraction_static": args.mem_fraction, "dtype": "bfloat16", "load_format": "dummy",
+                           "greedy": True, "ignore_eos": True, "model_dir": args.model_dir,
+                           "fake_engine": os.environ.get("BENCH_SHAPE_FAKE_ENGINE") == "1",
+                           "method": "one engine process per config, all alive on one GPU; repetition r runs every "
+                                     "concurrency, each with every config in an order rotated by r; round ms = "
+                                     "(wall(M1) - wall(M0)) / (rounds(M1) - rounds(M0))"},
+              "shapes": {s: dict(zip(("target", "draft"), shape_configs(s))) for s in args.shapes},
+              "accept_table": args.table, "results": {}}
+    for i, shape in enumerate(args.shapes):
+        try:
+            entry = run_shape(shape, args.configs, args, i * len(args.configs), log_dir)
+        except Exception as e:  # record, and go on with the next shape
+            import traceback
+
+            entry = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+            print(f"[bench_shape] {shape}: {entry['error']}", flush=True)
+        report["results"][shape] = entry
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    for shape, entry in report["results"].items():
+        if "results" in entry:
+            _print_table(shape, entry, args.concurrency)
+    return 0 if all("results" in e for e in report["results"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

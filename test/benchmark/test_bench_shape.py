@@ -1,0 +1,200 @@
+"""benchmark/bench_shape.py on CPU with its test-only fake engine (BENCH_SHAPE_FAKE_ENGINE=1): the shapes'
+config dirs, child processes, the rotated alternation, the differential round time (the fake's per-round cost
+must come back), the projection with log2 interpolation, paired ratios, the profile analysis, the JSON, argument
+errors before any engine starts, and the plot mode."""
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmark", "bench_shape.py")
+_spec = importlib.util.spec_from_file_location("bench_shape", SCRIPT)
+bench_shape = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_shape)
+
+CONFIGS = ["plain", "dflash", "ddtree:100:4+nograph"]
+SHAPES = ["qwen3-8b", "qwen3-4b"]
+
+
+def _cli(*args, fake=True, timeout=120):
+    env = dict(os.environ, BENCH_SHAPE_FAKE_ENGINE="1") if fake else dict(os.environ)
+    return subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench_shape")
+    out = tmp / "shape.json"
+    proc = _cli("--out", str(out), "--shapes", ",".join(SHAPES), "--configs", ",".join(CONFIGS),
+                "--concurrency", "1,4", "--repeats", "3", "--new-tokens", "32", "--base-tokens", "8",
+                "--model-dir", str(tmp / "models"), "--profile-dir", str(tmp / "prof"), "--profile-concurrency", "4",
+                timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads(out.read_text()), tmp
+
+
+def test_config_dirs_are_the_shapes(run):
+    _, rep, tmp = run
+    for shape, (hidden, inter, tied) in (("qwen3-8b", (4096, 12288, False)), ("qwen3-4b", (2560, 9728, True))):
+        target = json.loads((tmp / "models" / shape / "target" / "config.json").read_text())
+        draft = json.loads((tmp / "models" / shape / "draft" / "config.json").read_text())
+        assert target["architectures"] == ["Qwen3ForCausalLM"] and target["model_type"] == "qwen3"
+        assert (target["num_hidden_layers"], target["hidden_size"], target["intermediate_size"]) == (36, hidden, inter)
+        assert (target["num_attention_heads"], target["num_key_value_heads"], target["head_dim"]) == (32, 8, 128)
+        assert target["vocab_size"] == 151936 and target["tie_word_embeddings"] is tied
+        assert target["rope_parameters"]["rope_theta"] == 1e6 and target["rms_norm_eps"] == 1e-6
+        assert target["max_position_embeddings"] == 40960 and target["torch_dtype"] == "bfloat16"
+        assert draft["architectures"] == ["DFlashDraftModel"] and draft["num_hidden_layers"] == 5
+        assert (draft["hidden_size"], draft["intermediate_size"], draft["num_attention_heads"]) == (hidden, inter, 32)
+        assert draft["layer_types"] == ["full_attention"] * 5
+        assert draft["block_size"] == 16 and draft["num_target_layers"] == 36
+        assert draft["dflash_config"] == {"target_layer_ids": [1, 9, 17, 25, 33], "mask_token": "<|MASK|>",
+                                          "mask_token_id": 151669, "block_size": 16}
+        assert rep["shapes"][shape] == {"target": target, "draft": draft}
+        assert rep["results"][shape]["target_dir"] == str(tmp / "models" / shape / "target")
+
+
+def test_round_cost_of_the_fake_is_recovered(run):
+    _, rep, _ = run
+    for shape in SHAPES:
+        res = rep["results"][shape]["results"]
+        assert set(res) == set(CONFIGS)
+        for spec in CONFIGS:
+            for c in (1, 4):
+                m = res[spec][str(c)]
+                assert len(m["round_ms"]) == 3
+                assert m["round_ms_min"] <= m["round_ms_median"] <= m["round_ms_max"]
+                assert m["round_ms_median"] == pytest.approx(bench_shape.fake_round_ms(spec, c), rel=0.1)
+                # rounds: plain makes one token per round after the prefill's; the fake accepts 2 per round
+                assert m["rounds"] == ([[7, 31]] * 3 if spec == "plain" else [[4, 16]] * 3)
+                assert m["accept_length_observed"] == pytest.approx(32 / 31 if spec == "plain" else 2.0, abs=1e-4)
+
+
+def test_rotated_alternation(run):
+    proc, _, _ = run
+    lines = re.findall(r"\[bench_shape\] qwen3-8b rep (\d)/3 c +(\d) +(\S+):", proc.stdout)
+    assert len(lines) == 3 * 2 * 3
+    for i in range(0, len(lines), 3):
+        rep = int(lines[i][0]) - 1
+        assert [spec for _, _, spec in lines[i:i + 3]] == CONFIGS[rep % 3:] + CONFIGS[:rep % 3]
+
+
+def test_projection_ratios_and_best(run):
+    _, rep, _ = run
+    res = rep["results"]["qwen3-8b"]["results"]
+    w = (math.log2(100) - 6) / (7 - 6)  # budget 100 lies between the table's 64 and 128
+    expect_tau = {"plain": 1.0, "dflash": 7.79, "ddtree:100:4+nograph": 9.75 + w * (10.20 - 9.75)}
+    for spec in CONFIGS:
+        for c in (1, 4):
+            m = res[spec][str(c)]
+            assert m["tau"] == pytest.approx(expect_tau[spec], abs=1e-3)
+            assert m["projected_tokens_per_s"] == pytest.approx(c * m["tau"] / m["round_ms_median"] * 1000, rel=1e-3)
+            for base in ("dflash", "plain"):
+                if base == spec:
+                    assert f"round_ms_ratio_vs_{base}" not in m
+                    continue
+                ratio = m[f"round_ms_ratio_vs_{base}"]
+                assert len(ratio["per_repetition"]) == 3
+                assert ratio["median"] == pytest.approx(bench_shape.fake_round_ms(spec, c)
+                                                        / bench_shape.fake_round_ms(base, c), rel=0.1)
+                assert m[f"projected_speedup_vs_{base}"]["median"] == pytest.approx(
+                    expect_tau[spec] / expect_tau[base] / ratio["median"], rel=0.05)
+    assert res["ddtree:100:4+nograph"]["1"]["tau_source"] == "interpolated in log2(budget) between 64 and 128"
+    assert res["ddtree:100:4+nograph"]["1"]["ddtree_mean_width"] == 75.0
+    for c in ("1", "4"):
+        best = max(CONFIGS, key=lambda s: res[s][c]["projected_tokens_per_s"])
+        assert rep["results"]["qwen3-8b"]["best_projected"][c]["config"] == best
+
+
+def test_profile_traces_are_analysed(run):
+    _, rep, tmp = run
+    res = rep["results"]["qwen3-4b"]["results"]
+    for spec in CONFIGS:
+        assert "profile" not in res[spec]["1"]
+        prof = res[spec]["4"]["profile"]
+        assert prof["rounds"] == 5 and prof["round_function"] == "sglang_ddtree/worker/worker.py:_decode_round"
+        assert "call_tree" not in prof and "loop_tree" not in prof
+        assert prof["trace"].startswith(str(tmp / "prof" / "qwen3-4b"))
+        full = json.loads(open(prof["trace"] + ".analysis.json").read())
+        assert "call_tree" in full and full["rounds"] == 5
+
+
+def test_report_records_how_it_ran(run):
+    _, rep, _ = run
+    assert rep["settings"]["fake_engine"] is True and rep["settings"]["load_format"] == "dummy"
+    assert rep["settings"]["baselines"] == ["dflash", "plain"]
+    assert rep["accept_table"] == bench_shape.PAPER_ACCEPT
+    assert "bench_shape.py" in rep["command"] and "--profile-concurrency 4" in rep["command"]
+    assert "python" in rep["environment"] and "torch" in rep["environment"]
+
+
+def test_plot_mode(run):
+    pytest.importorskip("matplotlib")
+    _, _, tmp = run
+    proc = _cli("--plot", str(tmp / "shape.json"), "--plot-dir", str(tmp / "plots"), fake=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for shape in SHAPES:
+        for name in ("projected_tokens_per_s", "round_ms", "chosen_width"):
+            path = tmp / "plots" / f"{name}_{shape}.png"
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_config_fails_before_any_engine(tmp_path):
+    proc = _cli("--out", str(tmp_path / "x.json"), "--model-dir", str(tmp_path / "models"),
+                "--configs", "plain,ddtree:64")
+    assert proc.returncode == 2 and "--configs: unknown config 'ddtree:64'" in proc.stderr
+    assert not (tmp_path / "models").exists() and not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shapes", "qwen3-9b"], "--shapes ['qwen3-9b']: unknown; use one or more of ['qwen3-4b', 'qwen3-8b']"),
+    (["--concurrency", "0,2"], "--concurrency '0,2': want comma-separated positive integers"),
+    (["--new-tokens", "16", "--base-tokens", "16"], "--new-tokens 16: must be larger than --base-tokens 16"),
+    (["--prompt-len", "1000"], "--prompt-len 1000 + --new-tokens 64: must leave a draft block"),
+    (["--baselines", "dflash+fa3"], "--baselines ['dflash+fa3'] are not in --configs"),
+    (["--profile-dir", "P", "--profile-concurrency", "3"], "--profile-concurrency [3]: each must be in --concurrency"),
+    (["--plot", "x.json"], "--plot JSON_IN and --plot-dir DIR go together"),
+])
+def test_argument_errors(tmp_path, args, message):
+    proc = _cli("--out", str(tmp_path / "x.json"), *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_accept_table_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"plain": 1.0, "ddtree": {"16": 8.0}}))
+    proc = _cli("--out", str(tmp_path / "x.json"), "--accept-table", str(bad))
+    assert proc.returncode == 2 and f"--accept-table {bad}: want" in proc.stderr
+    good = {"source": "mine", "plain": 1.0, "dflash": 3.0, "ddtree": {"8": 4.0, "32": 6.0}}
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    assert bench_shape.load_accept_table(str(tmp_path / "good.json")) == good
+
+
+def test_projection_rules():
+    table = bench_shape.PAPER_ACCEPT
+    assert bench_shape.config_key("dflash+fa3") == ("dflash", None)
+    assert bench_shape.config_key("ddtree:16:8+fa3+nograph") == ("ddtree", 16)
+    assert bench_shape.config_key("ddtree:auto:8") == ("ddtree", "auto")
+    assert bench_shape.tau_for_budget(table["ddtree"], 64) == (9.75, "table")
+    assert bench_shape.tau_for_budget(table["ddtree"], 8) == (8.61, "clamped to the table's budget 16")
+    assert bench_shape.tau_for_budget(table["ddtree"], 4096) == (10.98, "clamped to the table's budget 1024")
+    assert bench_shape.tau_for_budget(table["ddtree"], 45.254834)[0] == pytest.approx((9.27 + 9.75) / 2)  # 2^5.5
+    assert bench_shape.projected_tau("plain+nograph", table, None) == (1.0, "table")
+    assert bench_shape.projected_tau("ddtree:auto:8", table, None)[0] is None
+    tau, how = bench_shape.projected_tau("ddtree:auto:8", table, 128.0)
+    assert tau == 10.20 and how == "at ddtree_mean_width 128.0: table"
+
+
+def test_prompts_are_seeded_and_fresh():
+    a = bench_shape.prompts(0, "1:64", 4, 128)
+    assert a == bench_shape.prompts(0, "1:64", 4, 128)  # the same for every config (and process)
+    assert a != bench_shape.prompts(0, "1:16", 4, 128) and a != bench_shape.prompts(1, "1:64", 4, 128)
+    assert len(a) == 4 and all(len(p) == 128 and 1000 <= min(p) and max(p) < 150000 for p in a)
+    assert len({tuple(p) for p in a}) == 4
