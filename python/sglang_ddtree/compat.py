@@ -314,11 +314,6 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol("sglang.srt.managers.detokenizer_manager", "the detokenizer process", MODULE),
     Symbol("sglang.srt.model_executor.model_runner", "the model runner", MODULE),
     # ---- sgl_kernel (CUDA-only wheel) -----------------------------------------------------------------
-    Symbol("sgl_kernel.tree_speculative_sampling_target_only", "tree sampling at T > 0 (sampling)"),
-    _params("sgl_kernel.tree_speculative_sampling_target_only",
-            "predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token, "
-            "retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs, "
-            "threshold_single, threshold_acc, deterministic", "tree sampling at T > 0 (sampling)"),
     Symbol("sgl_kernel.top_k_renorm_prob", "plain decoding's joint filter (sampling)"),
     Symbol("sgl_kernel.top_p_renorm_prob", "plain decoding's joint filter (sampling)"),
 )

@@ -1,11 +1,10 @@
 """Accept + commit logic of a round on CPU: tree -> topology -> the production ACCEPT + COMMIT -> emitted
 tokens, bonus, KV moves and the drafter's new context, each checked against a plain one-request walk.
 The worker's tree (``tree_api.build_tree``) is held against the paper's heap (``build_tree_reference``);
-its greedy ACCEPT + COMMIT (``kv_commit.greedy_accept_commit``, PyTorch path here, the Triton kernel in
-``test_commit_kernel_interp.py``) and the T > 0 path's adapter (``commit_from_accept_index``, fed with a
-re-statement of sgl_kernel.verify_tree_greedy on the worker's retrieve links) are BOTH checked against the
-oracle walk (``_worker_oracles.accept_walk``: the root path of the target's greedy choices), never
-against each other alone."""
+its ACCEPT + COMMIT (``kv_commit.greedy_accept_commit``, PyTorch path here, the Triton kernel in
+``test_commit_kernel_interp.py``; greedy and T > 0 rounds both take it) is checked against the oracle walk
+(``_worker_oracles.accept_walk``: the root path of the target's choices), and so is a re-statement of
+sgl_kernel.verify_tree_greedy on the worker's retrieve links (upstream's reading of the same topology)."""
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ import torch
 from sglang_ddtree.tree.reference import build_tree_reference
 from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
-from sglang_ddtree.worker.kv_commit import commit_from_accept_index, greedy_accept_commit
+from sglang_ddtree.worker.kv_commit import commit_from_rows, greedy_accept_commit
 
 from _worker_oracles import accept_walk, verify_tree_greedy
 
@@ -60,9 +59,10 @@ def test_greedy_accept_matches_longest_path(slack, seed, depth, k, budget):
     verify_loc = (torch.arange(bs * n) + 1000).view(bs, n)  # distinct, non-zero slots
     c = greedy_accept_commit(tree, tokens, target_next, verify_loc, prefix, width)
     predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, width)
-    via_sampler_path = commit_from_accept_index(predict, accept_index, num + 1, verify_loc, prefix)
+    rows = torch.where(accept_index >= 0, accept_index - torch.arange(bs).view(bs, 1) * n, -1)
+    via_retrieve_links = commit_from_rows(predict.view(bs, n), rows, num + 1, verify_loc, prefix)
     walks = [accept_walk(tokens[b], tree.parents[b], tree.valid[b], target_next[b]) for b in range(bs)]
-    for commit in (c, via_sampler_path):  # both production paths against the oracle walk
+    for commit in (c, via_retrieve_links):  # the production path and upstream's reading, against the oracle
         _check_commit(commit, walks, tokens, verify_loc, prefix, width)
 
 

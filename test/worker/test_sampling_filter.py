@@ -1,5 +1,5 @@
 """CPU: DDTREE's T > 0 target distribution (``worker.sampling.joint_filtered_probs``) is plain sampling's,
-and the T > 0 accept step returns what the round commits (root + accepted drafts, like ``eagle_sample``).
+and the T > 0 accept step (one draw per node, then the greedy walk) commits root + accepted drafts.
 
 sgl_kernel's renorm kernels are replaced by PyTorch versions with flashinfer's documented semantics
 (top-p: keep the smallest descending prefix whose mass reaches top_p; top-k: keep the top_k largest),
@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _sampling_stats as st  # noqa: E402
-from _worker_oracles import accept_walk, verify_tree_greedy  # noqa: E402
+from _worker_oracles import accept_walk  # noqa: E402
 
 
 def _top_p_renorm(probs, top_p):
@@ -33,24 +33,10 @@ def _top_k_renorm(probs, top_k):
     return out / out.sum(-1, keepdim=True)
 
 
-def _target_only_one_hot(*, predicts, accept_index, accept_token_num, candidates, retrive_index,
-                         retrive_next_token, retrive_next_sibling, target_probs, **_):
-    """sgl_kernel.tree_speculative_sampling_target_only for one-hot target distributions: the walk
-    then follows the target's token at each node (verify_tree_greedy); like the kernel it writes the
-    number of accepted DRAFT nodes (root excluded) to ``accept_token_num``."""
-    target = target_probs.argmax(-1)
-    p, a, num = verify_tree_greedy(candidates, retrive_index, retrive_next_token, retrive_next_sibling, target,
-                                   accept_index.shape[1])
-    predicts.copy_(p.to(predicts.dtype))
-    accept_index.copy_(a.to(accept_index.dtype))
-    accept_token_num.copy_(num.to(accept_token_num.dtype))
-
-
 @pytest.fixture
 def sampling(monkeypatch):
     fake = types.ModuleType("sgl_kernel")
     fake.top_p_renorm_prob, fake.top_k_renorm_prob = _top_p_renorm, _top_k_renorm
-    fake.tree_speculative_sampling_target_only = _target_only_one_hot
     monkeypatch.setitem(sys.modules, "sgl_kernel", fake)
     from sglang_ddtree.worker import sampling
 
@@ -85,19 +71,18 @@ def test_differs_from_topk_then_topp(sampling):
     assert torch.allclose(st.tree_probs(logits[0], 1.0, top_p=0.6, top_k=2), torch.tensor([1.0, 0, 0, 0]), atol=1e-6)
 
 
-def test_target_only_accept_counts_the_root(sampling, monkeypatch):
-    """At T > 0 ``sample_tree`` returns accept_lens = accepted drafts + 1 (the root / bonus slot), the
-    convention of ``eagle_sample`` the COMMIT step relies on (f8fc813 returned the bare kernel count
-    and the engine died at the first T > 0 round). Target logits are one-hot sharp, so the walk is the
-    greedy one and the expected path is known."""
+def test_node_draws_drive_the_greedy_walk(sampling, monkeypatch):
+    """At T > 0 the round draws one token per node (``node_samples``) and walks the tree with them through
+    the greedy ACCEPT + COMMIT (``kv_commit.greedy_accept_commit``): accept length = accepted drafts + 1
+    (the bonus), the convention the COMMIT step relies on (f8fc813 committed one token too few and the
+    engine died at the first T > 0 round). Target logits are one-hot sharp, so every draw is the target's
+    token and the expected path is the oracle walk's."""
     from types import SimpleNamespace
 
-    from sglang_ddtree.worker.kv_commit import commit_from_accept_index
-    from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker.kv_commit import greedy_accept_commit
+    from sglang_ddtree.worker.tree_api import build_tree, fill_root
 
-    monkeypatch.setattr("sglang.srt.runtime_context.get_server_args",
-                        lambda: SimpleNamespace(speculative_accept_threshold_single=1.0,
-                                                speculative_accept_threshold_acc=1.0))
     monkeypatch.setattr(sampling, "get_tp_group", lambda: SimpleNamespace(world_size=1))
     g = torch.Generator().manual_seed(0)
     bs, depth, k, budget, vocab = 4, 5, 3, 12, 6
@@ -110,9 +95,7 @@ def test_target_only_accept_counts_the_root(sampling, monkeypatch):
         for row in range(n):
             kids = [r for r in range(1, n) if bool(tree.valid[b, r]) and int(tree.parents[b, r]) == row]
             target_next[b, row] = int(tokens[b, kids[-1]]) if kids and b % 2 == 0 else (b + row) % vocab
-    _, _, r_index, r_next, r_sib = verify_topology(tree, torch.full((bs,), 7), 7 * bs)
-    verify_input = SimpleNamespace(draft_token=tokens.reshape(-1), draft_token_num=n, max_tree_depth=depth + 1,
-                                   retrieve_index=r_index, retrieve_next_token=r_next, retrieve_next_sibling=r_sib)
+    verify_input = SimpleNamespace(draft_token=tokens.reshape(-1), draft_token_num=n)
     info = SimpleNamespace(is_all_greedy=False, temperatures=torch.full((bs, 1), 0.7),
                            top_ps=torch.full((bs,), 0.9), top_ks=torch.full((bs,), 20),
                            need_top_p_sampling=True, need_top_k_sampling=True, acc_additive_penalties=None,
@@ -121,11 +104,12 @@ def test_target_only_accept_counts_the_root(sampling, monkeypatch):
                             forward_mode=SimpleNamespace(is_idle=lambda: False))
     logits = torch.full((bs * n, vocab), -1e4)
     logits[torch.arange(bs * n), target_next.reshape(-1)] = 0.0
-    predict, accept_lens, accept_index = sampling.sample_tree(verify_input, batch,
-                                                              SimpleNamespace(next_token_logits=logits))
+    draws = sampling.node_samples(verify_input, batch, SimpleNamespace(next_token_logits=logits))
+    assert draws.shape == (bs, n) and draws.dtype == torch.int64 and torch.equal(draws, target_next)
     verify_loc = torch.arange(bs * n).view(bs, n) + 100
-    c = commit_from_accept_index(predict, accept_index, accept_lens, verify_loc, torch.full((bs,), 7))
-    out, bonus = c.out_tokens, c.bonus
+    width = DDTreeConfig(budget=budget, topk=k, block_size=depth + 1).accept_width
+    c = greedy_accept_commit(tree, tokens, draws, verify_loc, torch.full((bs,), 7), width)
+    out, bonus, accept_lens = c.out_tokens, c.bonus, c.accept_lens
     for b in range(bs):
         rows, want_bonus = accept_walk(tokens[b], tree.parents[b], tree.valid[b], target_next[b])
         assert int(accept_lens[b]) == len(rows), (b, accept_lens, rows)

@@ -1,4 +1,5 @@
-"""GPU: DDTREE's T > 0 accept step (``worker.sampling.sample_tree`` on sgl_kernel's tree sampler) draws
+"""GPU: DDTREE's T > 0 accept step (``worker.sampling.node_samples``: one draw per node, then the round's
+greedy ACCEPT + COMMIT kernel walks the tree with the draws) draws
 every emitted token from plain decoding's filtered distribution, given the SAME logits.
 
 The end-to-end test (``test_sampling_gpu.py``) compares engines, whose bf16 logits differ between the
@@ -57,14 +58,10 @@ def sampling():
 
 def _round(sampling, monkeypatch, setting, bs):
     from sglang_ddtree.tree import Tree
-    from sglang_ddtree.worker.kv_commit import commit_from_accept_index
-    from sglang_ddtree.worker.tree_api import verify_topology
+    from sglang_ddtree.worker.kv_commit import greedy_accept_commit
 
     temperature, top_p, top_k = SETTINGS[setting]
     dev = torch.device(DEVICE)
-    monkeypatch.setattr("sglang.srt.runtime_context.get_server_args",
-                        lambda: SimpleNamespace(speculative_accept_threshold_single=1.0,
-                                                speculative_accept_threshold_acc=1.0))
     monkeypatch.setattr(sampling, "get_tp_group", lambda: SimpleNamespace(world_size=1))  # no engine here
     n = 4
     rep = lambda rows, dtype: torch.tensor(rows, dtype=dtype, device=dev).expand(bs, n).contiguous()  # noqa: E731
@@ -73,9 +70,7 @@ def _round(sampling, monkeypatch, setting, bs):
                 valid=rep([True] * 4, torch.bool), num_nodes=torch.full((bs,), n, dtype=torch.int32, device=dev),
                 max_depth=2)
     prefix = torch.full((bs,), 9, dtype=torch.int64, device=dev)
-    _, _, r_index, r_next, r_sib = verify_topology(tree, prefix, 9 * bs)
-    verify_input = SimpleNamespace(draft_token=tree.token_ids.reshape(-1), draft_token_num=n, max_tree_depth=3,
-                                   retrieve_index=r_index, retrieve_next_token=r_next, retrieve_next_sibling=r_sib)
+    verify_input = SimpleNamespace(draft_token=tree.token_ids.reshape(-1), draft_token_num=n)
     info = SimpleNamespace(
         is_all_greedy=False, temperatures=torch.full((bs, 1), temperature, device=dev),
         top_ps=torch.full((bs,), top_p, device=dev),
@@ -86,10 +81,9 @@ def _round(sampling, monkeypatch, setting, bs):
                             forward_mode=SimpleNamespace(is_idle=lambda: False))
     logits = torch.stack([_logits(ROOT_PROBS), _logits(ROW1_PROBS), _logits([0.5, 0.5]), _logits([1.0])])
     logits = logits.to(dev).repeat(bs, 1)
-    predict, accept_lens, accept_index = sampling.sample_tree(verify_input, batch,
-                                                              SimpleNamespace(next_token_logits=logits))
+    draws = sampling.node_samples(verify_input, batch, SimpleNamespace(next_token_logits=logits))
     verify_loc = torch.arange(bs * n, device=dev).view(bs, n) + 100
-    return commit_from_accept_index(predict, accept_index, accept_lens, verify_loc, prefix)
+    return greedy_accept_commit(tree, tree.token_ids, draws, verify_loc, prefix, 3)
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))

@@ -39,16 +39,14 @@ Pads (rows ``num_nodes .. N-1``): token 0, parent -1, depth 0, score -inf, valid
 unreachable (no retrieve link points at them), see the prefix and themselves, sit at position
 ``seq_lens[b]`` and are never accepted.
 
-Sampling at T > 0 (target-only tree sampling: upstream ``tree_speculative_sampling_target_only`` with
-zero draft probs and both thresholds 1): at the current node, with the target's distribution p there,
-one uniform u is drawn and the children are tried in row order; child i is accepted iff
-p(x_1) + ... + p(x_{i-1}) < u <= p(x_1) + ... + p(x_i), i.e. with probability exactly p(x_i). If no
-child is accepted, the bonus token is drawn from p with the children's tokens removed (upstream's
-residual relu(p - q) after writing each rejected p(x_i) into q), renormalised: a non-child y comes out
-with probability (1 - sum_i p(x_i)) * p(y) / (1 - sum_i p(x_i)) = p(y). So every step emits one exact
-draw from the target's conditional, whatever the tree holds; the draft only decides how many steps
-one verify pass covers (sibling tokens must be distinct, which top-K guarantees). Thresholds below 1
-make it lossy.
+Sampling at T > 0 (``worker.sampling.node_samples``): one independent draw x_r from the target's
+distribution p_r at every row r, then the greedy walk with x in place of the argmax: from the root, move to
+the child whose token is x at the current node; the first x that matches no child is the bonus token. The
+draw at a node follows p given that node's path whatever happened elsewhere, so each emitted token is one
+exact draw from the target's conditional, and child i is accepted with probability p(x_i), as in upstream's
+target-only tree sampling (``tree_speculative_sampling_target_only`` with zero draft probs and thresholds
+1; ``reference.sample_target_only_reference`` is that algorithm, the same distribution). The draft only
+decides how many steps one verify pass covers (sibling tokens must be distinct, which top-K guarantees).
 """
 
 from sglang_ddtree.tree.accept import accept_greedy

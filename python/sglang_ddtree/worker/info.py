@@ -109,7 +109,7 @@ class DDTreeVerifyInput(DFlashVerifyInput):
     retrieve_next_token: Optional[torch.Tensor] = None  # [bs, N] int64, first child, -1 none
     retrieve_next_sibling: Optional[torch.Tensor] = None  # [bs, N] int64, next sibling, -1 none
     max_depth: int = 0  # D = DDTreeConfig.max_depth: deepest possible node
-    draft_probs: Optional[torch.Tensor] = None  # target-only tree sampling: always None
+    draft_probs: Optional[torch.Tensor] = None  # read by upstream's verify paths; T > 0 draws need none
     grammar: Optional[object] = None  # grammar-constrained decoding is rejected per request
 
     @property

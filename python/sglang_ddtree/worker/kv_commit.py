@@ -9,8 +9,8 @@ never from a post-verify read of req_to_token: with DFLASH-family CUDA graphs th
 
 Moves: request b's entries are contiguous and ordered by depth, and a source node's depth-slot is never
 smaller than its depth, so a move never reads a slot an earlier entry of the same request wrote.
-Greedy rounds take ``greedy_accept_commit`` (one Triton launch); T > 0 rounds take the sampler's
-acceptance through ``commit_from_accept_index``; both return a ``RoundCommit``.
+Every round takes ``greedy_accept_commit`` (one Triton launch; at T > 0 fed with one draw per node
+instead of the argmax, ``sampling.node_samples``), which returns a ``RoundCommit``.
 """
 
 from __future__ import annotations
@@ -117,19 +117,3 @@ def greedy_accept_commit(
         BLOCK_N=next_pow2(n), BLOCK_W=next_pow2(width), num_warps=num_warps_for_rows(n),
     )
     return out
-
-
-def commit_from_accept_index(
-    predict: torch.Tensor, accept_index: torch.Tensor, accept_lens: torch.Tensor, verify_loc: torch.Tensor,
-    prefix_lens: torch.Tensor,
-) -> RoundCommit:
-    """COMMIT from an ``eagle_sample``-style acceptance (T > 0 tree sampling).
-
-    Shape: predict [bs*N] int (the token after each accepted node), accept_index [bs, W] int global rows
-    b * N + row (-1 padded), accept_lens [bs] int (1..W), verify_loc [bs, N] int64, prefix_lens [bs] int.
-    """
-    bs, n = verify_loc.shape
-    base = torch.arange(bs, device=verify_loc.device).view(bs, 1) * n
-    idx = accept_index.to(torch.int64)
-    rows = torch.where(idx >= 0, idx - base, -1)
-    return commit_from_rows(predict.view(bs, n), rows, accept_lens, verify_loc, prefix_lens)

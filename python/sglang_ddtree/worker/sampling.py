@@ -1,13 +1,12 @@
 """ACCEPT step of a DDTree round: the target's greedy tokens, or target-only tree sampling at T > 0.
 
-Greedy batches: ``greedy_targets`` gives the target's token at every node (penalties and logit bias
-applied first, as ``eagle_sample`` does); the walk itself runs fused with the commit
-(``kv_commit.greedy_accept_commit``). At T > 0 the walk is
-upstream's ``tree_speculative_sampling_target_only`` kernel: at each node it draws from the target's
-(filtered) distribution at that node; a child whose token is drawn is accepted, else the drawn token
-is the bonus token. With the draft distribution set to zero this samples every new token from the
-target's distribution exactly, whatever the tree holds - provided the distribution it is given is the
-one plain decoding samples from. That is why this module exists:
+Both give the target's token at every node, and the walk runs fused with the commit
+(``kv_commit.greedy_accept_commit``) either way. Greedy batches: ``greedy_targets``, the argmax
+(penalties and logit bias applied first, as ``eagle_sample`` does). At T > 0: ``node_samples``, one
+independent draw per node from the target's filtered distribution at that node; a child whose token is
+drawn is accepted, else the draw is the bonus token. That samples every new token from the target's
+distribution exactly, whatever the tree holds - provided the distribution it draws from is the one plain
+decoding samples from. That is why this module filters as it does:
 
 SGLang's plain samplers (pytorch, and flashinfer with ``filter_apply_order="joint"``) keep a token when
 its rank is below top_k AND the mass before it in the FULL softmax is within top_p, then renormalise.
@@ -20,8 +19,6 @@ of the two.
 """
 
 from __future__ import annotations
-
-from typing import Tuple
 
 import torch
 
@@ -66,50 +63,50 @@ def _verify_logits(verify_input, batch, logits_output) -> torch.Tensor:
     return logits
 
 
-def sample_tree(verify_input, batch, logits_output) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Target-only tree sampling (T > 0). Shape: -> (predict [bs*N] int32: the token after each
-    accepted node, accept_lens [bs] int32: accepted nodes INCLUDING the root, 1..D+1 (the number of
-    tokens the round emits, ``eagle_sample``'s convention), accept_index [bs, D + 1] int32: flattened
-    rows b * N + row, -1 padded)."""
-    from sgl_kernel import tree_speculative_sampling_target_only
+def node_samples(verify_input, batch, logits_output) -> torch.Tensor:
+    """T > 0: one token drawn at every node from plain decoding's filtered distribution at that node,
+    each draw independent. Shape: -> [bs, N] int64.
 
-    from sglang.srt.runtime_context import get_server_args
-
+    The ACCEPT walk then runs exactly as in a greedy round (``kv_commit.greedy_accept_commit``) with these
+    draws in place of the argmax: from the root, while the draw at the current node equals a child's token,
+    move to that child; the first draw that matches no child is the bonus token. Lossless: the draw at a node
+    is distributed as the target's next-token distribution given that node's path, independent of how the
+    walk reached it, so every emitted token follows plain decoding's distribution whatever the tree holds
+    (a child is accepted with the target's probability of its token, as in target-only tree sampling). No
+    [bs, N, V] draft-probability tensor (target-only sampling's zeros), no host sync."""
     info = batch.sampling_info
     bs, n = len(batch.seq_lens), verify_input.draft_token_num
-    device = batch.device
     logits = _verify_logits(verify_input, batch, logits_output)
     probs = joint_filtered_probs(
         logits,
         torch.repeat_interleave(info.temperatures, n, dim=0),
         torch.repeat_interleave(info.top_ps, n, dim=0) if info.need_top_p_sampling else None,
         torch.repeat_interleave(info.top_ks, n, dim=0) if info.need_top_k_sampling else None,
-    ).view(bs, n, -1)
-    predict = torch.zeros(bs * n, dtype=torch.int32, device=device)
-    accept_index = torch.full((bs, verify_input.max_tree_depth), -1, dtype=torch.int32, device=device)
-    num_drafts = torch.empty(bs, dtype=torch.int32, device=device)  # accepted draft nodes, root excluded
-    server_args = get_server_args()
-    tree_speculative_sampling_target_only(
-        predicts=predict,
-        accept_index=accept_index,
-        accept_token_num=num_drafts,
-        candidates=verify_input.draft_token.view(bs, n),
-        retrive_index=verify_input.retrieve_index,
-        retrive_next_token=verify_input.retrieve_next_token,
-        retrive_next_sibling=verify_input.retrieve_next_sibling,
-        uniform_samples=torch.rand((bs, n), dtype=torch.float32, device=device),
-        uniform_samples_for_final_sampling=torch.rand((bs,), dtype=torch.float32, device=device),
-        target_probs=probs,
-        draft_probs=torch.zeros_like(probs),
-        threshold_single=server_args.speculative_accept_threshold_single,
-        threshold_acc=server_args.speculative_accept_threshold_acc,
-        deterministic=True,
     )
+    draws = draw_rows(probs).view(bs, n)
     tp_group = get_tp_group()
     if tp_group.world_size > 1:  # ranks may round the filtered probs differently: rank 0 decides
-        tp_group.broadcast(predict, src=0)
-        tp_group.broadcast(accept_index, src=0)
-        tp_group.broadcast(num_drafts, src=0)
-    # The kernel counts accepted drafts; the round commits them plus the root (f8fc813 returned the
-    # bare count, so every T > 0 round committed one token too few and the scheduler died).
-    return predict, num_drafts + 1, accept_index
+        tp_group.broadcast(draws, src=0)
+    return draws
+
+
+def draw_rows(probs: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+    """One independent draw per row of ``probs`` [R, V] float32 (non-negative rows, each drawn from
+    p / row sum) -> [R] int64: ``kernels.draw`` (inverse CDF, one uniform per row) on CUDA,
+    ``torch.multinomial`` elsewhere. ``backend``: auto | triton | torch (``sglang_ddtree.tree``'s rule)."""
+    from sglang_ddtree.tree._common import use_triton
+
+    rows, vocab = probs.shape
+    if not use_triton("draw_rows", probs.device, backend):
+        return torch.multinomial(probs, num_samples=1).view(-1)
+    from sglang_ddtree.worker.kernels.draw import draw_rows_kernel
+
+    probs = probs if probs.stride(1) == 1 else probs.contiguous()
+    out = torch.empty(rows, dtype=torch.int64, device=probs.device)
+    if rows:
+        uniform = torch.rand(rows, dtype=torch.float32, device=probs.device)
+        draw_rows_kernel[(rows,)](probs, uniform, out, vocab, probs.stride(0), BLOCK=_DRAW_BLOCK, num_warps=8)
+    return out
+
+
+_DRAW_BLOCK = 4096

@@ -6,8 +6,8 @@ One decode round, batched over the running requests, without host syncs:
   BUILD   the ``budget`` best-scoring prefixes as a tree, on the GPU (``tree_api``);
   VERIFY  budget + 1 tokens per request in one target forward with the ancestor-only mask
           (``DDTreeVerifyInput``; CUDA graphs captured with the mask, see ``hooks``);
-  ACCEPT  greedy walk (the target's argmax at each node), or at T > 0 target-only tree sampling from
-          plain decoding's filtered distribution (``sampling``); the first miss gives the bonus token;
+  ACCEPT  walk from the root while the target's token at the node (its argmax, or at T > 0 one draw from
+          plain decoding's filtered distribution, ``sampling``) is a child's; the first miss is the bonus;
   COMMIT  move the accepted path's target KV into place and write its target hidden states into
           the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch); carry the
           bonus token to the next round.
@@ -38,7 +38,7 @@ from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
-from sglang_ddtree.worker.kv_commit import commit_from_accept_index, greedy_accept_commit
+from sglang_ddtree.worker.kv_commit import greedy_accept_commit
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 
 logger = logging.getLogger(__name__)
@@ -147,12 +147,13 @@ class DDTreeWorker(DFlashWorkerV2):
 
         # ACCEPT + COMMIT: RoundCommit of [bs, W] / [bs*W] rows (kv_commit), accept_lens 1..W.
         verify_loc_2d = verify_loc.view(bs, n)
+        # The target's token at every node [bs, N]: its argmax, or at T > 0 one draw per node from plain
+        # decoding's filtered distribution; the same walk accepts either (sampling's docstring).
         if batch.sampling_info.is_all_greedy:
-            targets = sampling.greedy_targets(verify_input, batch, logits_output)  # [bs, N]
-            c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
+            targets = sampling.greedy_targets(verify_input, batch, logits_output)
         else:
-            predict, accept_lens, accept_index = sampling.sample_tree(verify_input, batch, logits_output)
-            c = commit_from_accept_index(predict, accept_index, accept_lens, verify_loc_2d, prefix)
+            targets = sampling.node_samples(verify_input, batch, logits_output)
+        c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
         self.model_runner.token_to_kv_pool.move_kv_cache(c.kv_tgt, c.kv_src)
         new_seq_lens = c.new_seq_lens.to(prefix.dtype)  # [bs] prefix + accept length
         if on_publish is not None:
