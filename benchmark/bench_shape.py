@@ -22,23 +22,30 @@ Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:
 
 Shapes. Qwen3-8B: 36 layers, hidden 4096, intermediate 12288, 32 / 8 heads, head_dim 128, vocab 151936,
 rope_theta 1e6, untied embeddings; Qwen3-4B: hidden 2560, intermediate 9728, tied embeddings, else the
-same (Qwen's published config.json, as copied into many Hub repos). Drafters: the published layout of
-z-lab/Qwen3-{8B,4B}-DFlash-b16 as SpecForge ships it for training them (sgl-project/SpecForge
-``configs/qwen3-8b-dflash.json`` and ``configs/qwen3-4b-dflash.json``, also vllm-project/speculators'
-conversion test of the 8B one): the target's hidden / intermediate / heads, 5 full-attention layers,
-block 16, num_target_layers 36, target_layer_ids [1, 9, 17, 25, 33], mask_token_id 151669, untied. The
-z-lab config.json files themselves could not be read here; ``mask_token`` "<|MASK|>" and
-``dflash_config.block_size`` are SGLang 0.5.16's defaults, written out. The drafter has no embedding or
-LM head (SGLang's DFlash draft model uses the target's), so its tie flag changes nothing.
+same (Qwen's config.json as copied into many Hub repos). Drafters, as sgl-project/SpecForge writes the
+z-lab/Qwen3-{8B,4B}-DFlash-b16 layout (``configs/qwen3-8b-dflash.json``, ``configs/qwen3-4b-dflash.json``)
+and as the speculators package's DFlash converter test writes z-lab's 8B source config: the target's
+hidden / intermediate / heads, 5 full-attention layers, block 16, num_target_layers 36, target_layer_ids
+[1, 9, 17, 25, 33], mask_token_id 151669, untied. Assumed: the z-lab config.json files themselves could not
+be read here; ``mask_token`` "<|MASK|>" and ``dflash_config.block_size`` 16 are SGLang 0.5.16's defaults,
+written out; the field layout (``rope_parameters``, ``layer_types``) is that of the packaged tiny pair.
+SGLang's DFlash draft model has no embedding or LM head (it uses the target's): its tie flag changes nothing.
 
 Accept table. DDTree paper (Ringel & Romano, arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau 7.79
 (Table 1); DDTree tau per node budget from the budget-tradeoff figure, read from the figure's vector PDF
-in the authors' repository (liranringel/ddtree, ``public/assets/project/math500-budget-tradeoff.pdf``, made
-by ``plot_results.py --case-study``, defaults Qwen3-8B / math500 / T=0), rounded to 0.01: 16: 8.61,
-32: 9.27, 64: 9.75, 128: 10.20, 256: 10.43, 512: 10.73 (= Table 1's best-budget 10.73), 1024: 10.98.
+in the authors' repository (liranringel/ddtree, branch site, ``public/assets/project/math500-budget-tradeoff.pdf``,
+made by ``plot_results.py --case-study``, defaults Qwen3-8B / math500 / T=0), rounded to 0.01: 16: 8.61,
+32: 9.27, 64: 9.75, 128: 10.20, 256: 10.43, 512: 10.73 (= Table 1's best-budget 10.73), 1024: 10.98. Their
+tau counts the bonus token (tokens per round, as SGLang's ``spec_accept_length``).
 A budget between table entries is interpolated linearly in log2(budget); outside, clamped (the report
 says which). ``ddtree:auto:<topk>`` (a chosen width) projects from meta_info's ``ddtree_mean_width`` at
 that width, else null.
+
+Report (``--out``): command, environment, settings, shapes (both config.json and their dirs), accept_table,
+results[shape][config][c] (round_ms per repetition and median / min / max, rounds, observed accept length,
+tau and its source, projected_tokens_per_s, per-repetition ``round_ms_ratio_vs_<baseline>`` (this config's
+round over the baseline's) and ``projected_speedup_vs_<baseline>``, ``profile``), best_projected[shape][c],
+errors[shape] (a shape whose engines failed; the next shape still runs).
 """
 
 from __future__ import annotations
@@ -46,19 +53,22 @@ from __future__ import annotations
 import argparse
 import bisect
 import glob
+import importlib.util
 import json
 import math
 import os
+import queue
 import random
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import engine_kwargs, environment  # noqa: E402
+from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment  # noqa: E402
 
 _TAG = "@@BENCH_SHAPE "
 CONTEXT_LENGTH = 1024
@@ -265,24 +275,35 @@ def serve() -> int:
 
 
 class _Child:
+    """One ``--serve`` process; its stdout is read by a thread, so a silent engine still times out."""
+
     def __init__(self, spec: str, setup: dict, log_path: str):
         self.spec = spec
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
         self.proc.stdin.write(json.dumps(setup) + "\n")
         self.proc.stdin.flush()
 
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
     def read(self, timeout_s: float) -> dict:
         deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.time()))
+            except queue.Empty:
+                raise TimeoutError(f"{self.spec}: no answer within {timeout_s} s; see {self.log.name}") from None
+            if line is None:
                 raise RuntimeError(f"{self.spec}: engine process exited (rc {self.proc.poll()}); see {self.log.name}")
             if line.startswith(_TAG):
                 return json.loads(line[len(_TAG):])
             self.log.write(line)
-        raise TimeoutError(f"{self.spec}: no answer within {timeout_s} s; see {self.log.name}")
 
     def ask(self, cmd: dict, timeout_s: float = 600) -> dict:
         self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -362,13 +383,17 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
     return res, best
 
 
-def run_shape(shape: str, configs: list, args, port_index: int, log_dir: str) -> dict:
-    """All engines of one shape alive together; returns its report entry."""
-    target_dir, draft_dir = write_shape(args.model_dir, shape)
-    engine = dict(dtype="bfloat16", sampling_backend="pytorch", context_length=CONTEXT_LENGTH,
-                  max_total_tokens=args.max_total_tokens, mem_fraction_static=args.mem_fraction,
-                  cuda_graph_max_bs_decode=max(args.concurrency), log_level="error", load_format="dummy",
-                  skip_tokenizer_init=True)
+def engine_settings(args) -> dict:
+    """The ``sglang.Engine`` arguments every config shares (before its port and ``engine_kwargs``)."""
+    return dict(dtype="bfloat16", sampling_backend="pytorch", context_length=CONTEXT_LENGTH,
+                max_total_tokens=args.max_total_tokens, mem_fraction_static=args.mem_fraction,
+                cuda_graph_max_bs_decode=max(args.concurrency), log_level="error", load_format="dummy",
+                skip_tokenizer_init=True)
+
+
+def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int, log_dir: str) -> tuple[dict, dict]:
+    """All engines of one shape alive together; returns (results[config][c], best projected config per c)."""
+    configs, engine = args.configs, engine_settings(args)
     t0, children, runs, profile_dirs = time.time(), {}, {s: {c: [] for c in args.concurrency} for s in configs}, {}
     try:
         for i, spec in enumerate(configs):  # one after another: each engine sizes itself from the free memory
@@ -400,22 +425,22 @@ def run_shape(shape: str, configs: list, args, port_index: int, log_dir: str) ->
     results, best = summarize(runs, args.table, args.baselines)
     for (spec, c), d in profile_dirs.items():
         results[spec][str(c)]["profile"] = _analyze_profile(d)
-    return {"target_dir": target_dir, "draft_dir": draft_dir, "results": results, "best_projected": best,
-            "wall_s": round(time.time() - t0, 1)}
+    print(f"[bench_shape] {shape} done ({time.time() - t0:.0f} s)", flush=True)
+    return results, best
 
 
-def _print_table(shape: str, entry: dict, concurrency: list) -> None:
+def _print_table(shape: str, results: dict, best: dict, concurrency: list) -> None:
     print(f"[bench_shape] {shape}: median ms/round | projected tok/s", flush=True)
     print(f"{'config':>24} " + " ".join(f"{'c=' + str(c):>18}" for c in concurrency))
-    for spec, by_c in entry["results"].items():
+    for spec, by_c in results.items():
         cells = []
         for c in map(str, concurrency):
             tps = by_c[c]["projected_tokens_per_s"]
             cells.append(f"{by_c[c]['round_ms_median']:8.2f} |{'-' if tps is None else f'{tps:.0f}':>7}")
         print(f"{spec:>24} " + " ".join(f"{x:>18}" for x in cells))
     print("  best projected: " + ", ".join(f"c={c} {b['config']} ({b['projected_tokens_per_s']:.0f} tok/s)"
-                                           for c, b in entry["best_projected"].items()), flush=True)
-    notes = {f"{s}: {m['tau_source']}" for s, by_c in entry["results"].items() for m in by_c.values()
+                                           for c, b in best.items()), flush=True)
+    notes = {f"{s}: {m['tau_source']}" for s, by_c in results.items() for m in by_c.values()
              if m["tau_source"] != "table"}
     for note in sorted(notes):
         print(f"  tau {note}", flush=True)
@@ -435,10 +460,10 @@ def plot(json_in: str, plot_dir: str) -> int:
               ("round_ms", "ms per round (median, min-max)"), ("chosen_width", "ddtree_mean_width (median)"))
     key = {"projected_tokens_per_s": "projected_tokens_per_s", "round_ms": "round_ms_median",
            "chosen_width": "ddtree_mean_width"}
-    for shape, entry in report["results"].items():
+    for shape, results in report["results"].items():
         for name, ylabel in panels:
             lines = {spec: sorted((int(c), m) for c, m in by_c.items() if m.get(key[name]) is not None)
-                     for spec, by_c in entry.get("results", {}).items()}
+                     for spec, by_c in results.items()}
             lines = {s: pts for s, pts in lines.items() if pts}
             if not lines:
                 continue
@@ -509,6 +534,8 @@ def _check(ap, args) -> None:
     if args.prompt_len + args.new_tokens + DRAFT_BLOCK > CONTEXT_LENGTH:
         ap.error(f"--prompt-len {args.prompt_len} + --new-tokens {args.new_tokens}: must leave a draft block "
                  f"({DRAFT_BLOCK}) of the context length {CONTEXT_LENGTH}")
+    if args.start_timeout_s <= 0:
+        ap.error(f"--start-timeout-s {args.start_timeout_s}: must be positive")
     if not 0 < args.mem_fraction < 1:
         ap.error(f"--mem-fraction {args.mem_fraction}: must be in (0, 1)")
     try:
@@ -540,7 +567,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     ap.add_argument("--max-total-tokens", type=int, default=40000, help="KV pool cap of EACH engine")
     ap.add_argument("--mem-fraction", type=float, default=0.88, help="mem_fraction_static of EACH engine")
-    ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--attention-backend", default="triton", choices=ATTENTION_BACKENDS,
+                    help="of every config without its own +fa3 / +triton / +flashinfer")
     ap.add_argument("--accept-table", help="JSON accept lengths for the projection (default: the DDTree paper's)")
     ap.add_argument("--model-dir", help="where the shapes' config dirs are written (default: a temp dir)")
     ap.add_argument("--start-timeout-s", type=float, default=600)
@@ -558,6 +586,8 @@ def main(argv=None) -> int:
     if bool(args.plot) != bool(args.plot_dir):
         ap.error("--plot JSON_IN and --plot-dir DIR go together")
     if args.plot:
+        if importlib.util.find_spec("matplotlib") is None:
+            ap.error("--plot needs matplotlib (scripts/requirements-cpu.txt pins matplotlib==3.10.8)")
         return plot(args.plot, args.plot_dir)
     if not args.out:
         ap.error("--out is required (or --plot JSON_IN --plot-dir DIR)")
@@ -571,30 +601,29 @@ def main(argv=None) -> int:
                            "prompt_len": args.prompt_len, "prompt_token_ids": list(TOKEN_IDS), "seed": args.seed,
                            "concurrency": args.concurrency, "repeats": args.repeats, "configs": args.configs,
                            "baselines": args.baselines, "attention_backend": args.attention_backend,
-                           "context_length": CONTEXT_LENGTH, "max_total_tokens": args.max_total_tokens,
-                           "mem_fraction_static": args.mem_fraction, "dtype": "bfloat16", "load_format": "dummy",
-                           "greedy": True, "ignore_eos": True, "model_dir": args.model_dir,
+                           "engine": engine_settings(args), "greedy": True, "ignore_eos": True, "model_dir": args.model_dir,
                            "fake_engine": os.environ.get("BENCH_SHAPE_FAKE_ENGINE") == "1",
                            "method": "one engine process per config, all alive on one GPU; repetition r runs every "
                                      "concurrency, each with every config in an order rotated by r; round ms = "
                                      "(wall(M1) - wall(M0)) / (rounds(M1) - rounds(M0))"},
-              "shapes": {s: dict(zip(("target", "draft"), shape_configs(s))) for s in args.shapes},
-              "accept_table": args.table, "results": {}}
+              "shapes": {}, "accept_table": args.table, "results": {}, "best_projected": {}, "errors": {}}
     for i, shape in enumerate(args.shapes):
+        target, draft = shape_configs(shape)
+        target_dir, draft_dir = write_shape(args.model_dir, shape)
+        report["shapes"][shape] = {"target": target, "draft": draft, "target_dir": target_dir, "draft_dir": draft_dir}
         try:
-            entry = run_shape(shape, args.configs, args, i * len(args.configs), log_dir)
+            report["results"][shape], report["best_projected"][shape] = run_shape(
+                shape, target_dir, draft_dir, args, i * len(args.configs), log_dir)
         except Exception as e:  # record, and go on with the next shape
             import traceback
 
-            entry = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
-            print(f"[bench_shape] {shape}: {entry['error']}", flush=True)
-        report["results"][shape] = entry
+            report["errors"][shape] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+            print(f"[bench_shape] {shape}: {report['errors'][shape]['error']}", flush=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
-    for shape, entry in report["results"].items():
-        if "results" in entry:
-            _print_table(shape, entry, args.concurrency)
-    return 0 if all("results" in e for e in report["results"].values()) else 1
+    for shape, results in report["results"].items():
+        _print_table(shape, results, report["best_projected"][shape], args.concurrency)
+    return 1 if report["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ _spec = importlib.util.spec_from_file_location("bench_shape", SCRIPT)
 bench_shape = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_shape)
 
-CONFIGS = ["plain", "dflash", "ddtree:100:4+nograph"]
+CONFIGS = ["plain", "dflash+fa3", "ddtree:100:4+nograph"]  # the default baselines: dflash+fa3, plain
 SHAPES = ["qwen3-8b", "qwen3-4b"]
 
 
@@ -57,14 +57,14 @@ def test_config_dirs_are_the_shapes(run):
         assert draft["block_size"] == 16 and draft["num_target_layers"] == 36
         assert draft["dflash_config"] == {"target_layer_ids": [1, 9, 17, 25, 33], "mask_token": "<|MASK|>",
                                           "mask_token_id": 151669, "block_size": 16}
-        assert rep["shapes"][shape] == {"target": target, "draft": draft}
-        assert rep["results"][shape]["target_dir"] == str(tmp / "models" / shape / "target")
+        dirs = {"target_dir": str(tmp / "models" / shape / "target"), "draft_dir": str(tmp / "models" / shape / "draft")}
+        assert rep["shapes"][shape] == {"target": target, "draft": draft, **dirs}
 
 
 def test_round_cost_of_the_fake_is_recovered(run):
     _, rep, _ = run
     for shape in SHAPES:
-        res = rep["results"][shape]["results"]
+        res = rep["results"][shape]
         assert set(res) == set(CONFIGS)
         for spec in CONFIGS:
             for c in (1, 4):
@@ -88,15 +88,15 @@ def test_rotated_alternation(run):
 
 def test_projection_ratios_and_best(run):
     _, rep, _ = run
-    res = rep["results"]["qwen3-8b"]["results"]
+    res = rep["results"]["qwen3-8b"]
     w = (math.log2(100) - 6) / (7 - 6)  # budget 100 lies between the table's 64 and 128
-    expect_tau = {"plain": 1.0, "dflash": 7.79, "ddtree:100:4+nograph": 9.75 + w * (10.20 - 9.75)}
+    expect_tau = {"plain": 1.0, "dflash+fa3": 7.79, "ddtree:100:4+nograph": 9.75 + w * (10.20 - 9.75)}
     for spec in CONFIGS:
         for c in (1, 4):
             m = res[spec][str(c)]
             assert m["tau"] == pytest.approx(expect_tau[spec], abs=1e-3)
             assert m["projected_tokens_per_s"] == pytest.approx(c * m["tau"] / m["round_ms_median"] * 1000, rel=1e-3)
-            for base in ("dflash", "plain"):
+            for base in ("dflash+fa3", "plain"):
                 if base == spec:
                     assert f"round_ms_ratio_vs_{base}" not in m
                     continue
@@ -110,12 +110,12 @@ def test_projection_ratios_and_best(run):
     assert res["ddtree:100:4+nograph"]["1"]["ddtree_mean_width"] == 75.0
     for c in ("1", "4"):
         best = max(CONFIGS, key=lambda s: res[s][c]["projected_tokens_per_s"])
-        assert rep["results"]["qwen3-8b"]["best_projected"][c]["config"] == best
+        assert rep["best_projected"]["qwen3-8b"][c]["config"] == best
 
 
 def test_profile_traces_are_analysed(run):
     _, rep, tmp = run
-    res = rep["results"]["qwen3-4b"]["results"]
+    res = rep["results"]["qwen3-4b"]
     for spec in CONFIGS:
         assert "profile" not in res[spec]["1"]
         prof = res[spec]["4"]["profile"]
@@ -128,8 +128,9 @@ def test_profile_traces_are_analysed(run):
 
 def test_report_records_how_it_ran(run):
     _, rep, _ = run
-    assert rep["settings"]["fake_engine"] is True and rep["settings"]["load_format"] == "dummy"
-    assert rep["settings"]["baselines"] == ["dflash", "plain"]
+    assert rep["settings"]["fake_engine"] is True and rep["settings"]["engine"]["load_format"] == "dummy"
+    assert rep["settings"]["engine"]["cuda_graph_max_bs_decode"] == 4
+    assert rep["settings"]["baselines"] == ["dflash+fa3", "plain"] and rep["errors"] == {}
     assert rep["accept_table"] == bench_shape.PAPER_ACCEPT
     assert "bench_shape.py" in rep["command"] and "--profile-concurrency 4" in rep["command"]
     assert "python" in rep["environment"] and "torch" in rep["environment"]
@@ -153,6 +154,16 @@ def test_bad_config_fails_before_any_engine(tmp_path):
     assert not (tmp_path / "models").exists() and not (tmp_path / "x.json").exists()
 
 
+def test_an_engine_that_does_not_start_is_reported(tmp_path):
+    out = tmp_path / "x.json"
+    proc = _cli("--out", str(out), "--shapes", "qwen3-8b,qwen3-4b", "--configs", "plain,dflash",
+                "--concurrency", "1", "--start-timeout-s", "0.01", "--model-dir", str(tmp_path / "models"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["results"] == {} and set(rep["errors"]) == {"qwen3-8b", "qwen3-4b"}  # the second shape still ran
+    assert rep["errors"]["qwen3-4b"]["error"].startswith("TimeoutError: plain: no answer within 0.01 s; see ")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--shapes", "qwen3-9b"], "--shapes ['qwen3-9b']: unknown; use one or more of ['qwen3-4b', 'qwen3-8b']"),
     (["--concurrency", "0,2"], "--concurrency '0,2': want comma-separated positive integers"),
@@ -161,6 +172,7 @@ def test_bad_config_fails_before_any_engine(tmp_path):
     (["--baselines", "dflash+fa3"], "--baselines ['dflash+fa3'] are not in --configs"),
     (["--profile-dir", "P", "--profile-concurrency", "3"], "--profile-concurrency [3]: each must be in --concurrency"),
     (["--plot", "x.json"], "--plot JSON_IN and --plot-dir DIR go together"),
+    (["--attention-backend", "fa4"], "argument --attention-backend: invalid choice: 'fa4'"),
 ])
 def test_argument_errors(tmp_path, args, message):
     proc = _cli("--out", str(tmp_path / "x.json"), *args)
