@@ -117,3 +117,43 @@ def greedy_accept_commit(
         BLOCK_N=next_pow2(n), BLOCK_W=next_pow2(width), num_warps=num_warps_for_rows(n),
     )
     return out
+
+
+class AcceptedKVMover:
+    """Applies a round's target-KV moves (``RoundCommit.kv_tgt`` / ``kv_src``) to the target's pool.
+
+    Our one-launch kernel (``kernels.kv_move``: live entries only) where the pool is one upstream moves with
+    its tiled slot-row copy over ``data_ptrs`` (slot-major rows, no native move, no scale buffers), else
+    upstream's ``pool.move_kv_cache``, which copies the same rows. Built once per worker (reads the row
+    sizes then); calls do no host sync.
+    """
+
+    TILE = 512  # bytes per program: a Qwen3 KV row (8 heads x 128 x bf16) is 2 KiB
+
+    def __init__(self, pool, *, backend: str = "auto"):
+        from sglang_ddtree.tree._common import use_triton
+
+        self.pool = pool
+        device = getattr(pool, "device", "cpu")
+        self.own = (use_triton("move_accepted_kv", torch.device(device), backend)
+                    and getattr(pool, "data_ptrs", None) is not None
+                    and getattr(pool, "data_strides", None) is not None
+                    and getattr(pool, "_kv_copy_config", None) is not None
+                    and not getattr(pool, "use_hnd", False) and not getattr(pool, "use_native_move_kv_cache", False)
+                    and getattr(pool, "k_scale_buffer", None) is None and int(getattr(pool, "layer_num", 0)) > 0)
+        self.tiles = -(-int(pool.data_strides.max()) // self.TILE) if self.own else 0
+
+    def __call__(self, commit: RoundCommit, width: int) -> None:
+        if not self.own:
+            self.pool.move_kv_cache(commit.kv_tgt, commit.kv_src)
+            return
+        bs = commit.accept_lens.shape[0]
+        if bs == 0:
+            return
+        from sglang_ddtree.tree._common import next_pow2
+        from sglang_ddtree.worker.kernels.kv_move import move_kv_rows_kernel
+
+        move_kv_rows_kernel[(bs, self.pool.data_ptrs.numel(), self.tiles)](
+            self.pool.data_ptrs, self.pool.data_strides, commit.kv_tgt, commit.kv_src, commit.accept_lens, width,
+            BLOCK_W=next_pow2(width), TILE=self.TILE, num_warps=4,
+        )

@@ -38,7 +38,7 @@ from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
-from sglang_ddtree.worker.kv_commit import greedy_accept_commit
+from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._eager_head is None:
             raise ValueError(f"--speculative-algorithm DDTREE needs a floating-point target LM head: {reason}.")
         self._warned_host_sync = False
+        self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -154,7 +155,7 @@ class DDTreeWorker(DFlashWorkerV2):
         else:
             targets = sampling.node_samples(verify_input, batch, logits_output)
         c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
-        self.model_runner.token_to_kv_pool.move_kv_cache(c.kv_tgt, c.kv_src)
+        self._move_kv(c, width)
         new_seq_lens = c.new_seq_lens.to(prefix.dtype)  # [bs] prefix + accept length
         if on_publish is not None:
             on_publish(new_seq_lens)

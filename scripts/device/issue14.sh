@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The H200 runs of the round-overhead issue (14), one device call of <= 10 minutes each:
+#     bash scripts/device/issue14.sh shape      # bench_shape at the Qwen3-8B shape (dummy weights): AR and DFLASH
+#                                               # on fa3, DDTREE budgets 16 / 64 on triton and fa3, paired, with
+#                                               # torch-profiler breakdowns (analyze_trace) at concurrency 1 and 32
+#     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
+#                                               # logits + end to end), sharp greedy parity, accept coverage
+# Device tool: carry [".device", ".fa3/sha.txt"] after staging the fa3 parts (../shared/device/README.md).
+# Env: SHAPE_CONFIGS, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_PROFILE_C override the shape run's lists.
+set -u
+cd "$(dirname "$0")/../.."
+PAR=scripts/device/parallel.sh
+PYT="python3 -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider"
+MODELS='python3 -c "import sys; sys.path.insert(0, \"test/worker\"); from _generated_models import generate_models; generate_models(sys.argv[1])"'
+case "${1:-}" in
+  shape)
+    OUT=${OUT:-/tmp/shape_out}
+    mkdir -p "$OUT/prof"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-540}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:16:8+triton,ddtree:16:8+fa3,ddtree:64:8+triton}" \
+      --baselines "${SHAPE_BASELINES:-dflash+fa3,plain+fa3}" --concurrency "${SHAPE_CONCURRENCY:-1,8,32}" \
+      --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
+      --profile-dir "$OUT/prof" --profile-concurrency "${SHAPE_PROFILE_C:-1,32}" \
+      --log-dir "$OUT/logs" --out "$OUT/shape.json" 2>&1 | tail -n 80
+    # the analyses come back, and the traces when they fit one returned file (16 MiB)
+    (cd "$OUT" && find prof -name '*.analysis.json' | tar -czf analyses.tar.gz -T - && tar -czf logs.tar.gz logs \
+      && find prof -name '*.trace.json*' | tar -cf traces.tar -T - && rm -rf prof logs)
+    [ "$(stat -c %s "$OUT/traces.tar" 2>/dev/null || echo 0)" -lt 16000000 ] || rm -f "$OUT/traces.tar"
+    ls -la "$OUT"
+    ;;
+  round)
+    exec bash $PAR \
+      "kernels=$PYT test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_draw_kernel_interp.py test/worker/test_sampling_kernel_gpu.py" \
+      "sampling=$PYT test/worker/test_sampling_gpu.py" \
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b64,sharp:dd_triton_b15_nooverlap,sharp:dd_triton_b1,sharp:dd_triton_b64_nograph --deadline-s 480" \
+      "coverage=$PYT test/worker/test_accept_coverage_gpu.py"
+    ;;
+  *)
+    echo "usage: $0 shape|round" >&2
+    exit 2
+    ;;
+esac
