@@ -4,8 +4,8 @@ A DFlash drafter has no head of its own: it borrows the target's LM head. DFLASH
 each block position; DDTree needs the K most likely tokens of positions 1..L-1 and their
 log-probabilities (tree scores are sums of these). With a vocab-parallel head each rank reduces its
 shard to (top-K, logsumexp) and the ranks merge K * tp candidates, so no rank holds dense logits of
-the full vocabulary. Within a rank this first version still forms a [chunk, V / tp] logits tile
-(chunked over tokens); a fused matmul + top-K kernel would avoid it.
+the full vocabulary. Within a rank the LM-head matmul forms a [chunk, V / tp] logits tile (chunked over
+tokens, in the weight's dtype) that ``kernels.topk_lse`` reduces to (top-K, logsumexp) in one read.
 The head runs inside the draft CUDA graph (tp == 1) through upstream's capture-tail hook, writing
 static output buffers the worker reads after replay; ``compute`` is the eager path.
 """
@@ -32,12 +32,50 @@ def topk_logprobs_local(
     out_lse = torch.empty((hidden.shape[0],), dtype=torch.float32, device=hidden.device)
     for start in range(0, hidden.shape[0], _CHUNK_TOKENS):
         end = min(hidden.shape[0], start + _CHUNK_TOKENS)
-        logits = torch.matmul(hidden[start:end].to(weight.dtype), weight.T).float()
-        val, idx = logits.topk(topk, dim=-1)
-        out_val[start:end] = val
-        out_ids[start:end] = idx + vocab_start
-        out_lse[start:end] = torch.logsumexp(logits, dim=-1)
+        logits = torch.matmul(hidden[start:end].to(weight.dtype), weight.T)
+        topk_lse(logits, topk, out_val[start:end], out_ids[start:end], out_lse[start:end])
+    if vocab_start:
+        out_ids += vocab_start
     return out_val, out_ids, out_lse
+
+
+def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: torch.Tensor, out_lse: torch.Tensor,
+             *, backend: str = "auto", block: int = 4096) -> None:
+    """Each row's K largest logits (descending, float32), their column ids (int64) and its logsumexp
+    (float32), written into the out tensors. Shape: logits [T, V] (any float dtype, rows contiguous),
+    out_val / out_ids [T, K], out_lse [T]. ``kernels.topk_lse`` on CUDA (reads the logits once; equal values:
+    the lower column first), PyTorch elsewhere. ``backend``: auto | triton | torch."""
+    from sglang_ddtree.tree._common import next_pow2, use_triton
+
+    rows, vocab = logits.shape
+    if rows == 0:
+        return
+    if not use_triton("draft top-K head", logits.device, backend):
+        wide = logits.float()
+        val, idx = wide.topk(topk, dim=-1)
+        out_val.copy_(val)
+        out_ids.copy_(idx)
+        out_lse.copy_(torch.logsumexp(wide, dim=-1))
+        return
+    from sglang_ddtree.worker.kernels.topk_lse import topk_lse_merge_kernel, topk_lse_slices_kernel
+
+    logits = logits if logits.stride(1) == 1 else logits.contiguous()
+    slices = -(-vocab // block)
+    dev = logits.device
+    s_val = torch.empty((rows, slices, topk), dtype=torch.float32, device=dev)
+    s_idx = torch.empty((rows, slices, topk), dtype=torch.int64, device=dev)
+    s_max = torch.empty((rows, slices), dtype=torch.float32, device=dev)
+    s_sum = torch.empty((rows, slices), dtype=torch.float32, device=dev)
+    topk_lse_slices_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_val, s_idx, s_max, s_sum, slices,
+                                           K=topk, BLOCK=block, num_warps=8 if block >= 2048 else 4)
+    merged_val = out_val if out_val.is_contiguous() else torch.empty_like(out_val)
+    merged_ids = out_ids if out_ids.is_contiguous() else torch.empty_like(out_ids)
+    merged_lse = out_lse if out_lse.is_contiguous() else torch.empty_like(out_lse)
+    topk_lse_merge_kernel[(rows,)](s_val, s_idx, s_max, s_sum, merged_val, merged_ids, merged_lse, slices,
+                                   K=topk, BLOCK_C=next_pow2(slices * topk), BLOCK_S=next_pow2(slices), num_warps=4)
+    for out, got in ((out_val, merged_val), (out_ids, merged_ids), (out_lse, merged_lse)):
+        if out is not got:
+            out.copy_(got)
 
 
 def merge_vocab_shards(

@@ -1,0 +1,80 @@
+"""Top-K and logsumexp of each row of the draft head's logits, reading the (bf16) logits once.
+
+The draft head needs, for every block position, the K largest logits with their token ids and the row's
+logsumexp (log-prob = logit - logsumexp). In PyTorch that is an fp32 copy of the [T, V] logits, a radix
+top-K over it and a logsumexp that materialises exp(x - max): at the Qwen3-8B shape, batch 32, the draft
+phase spent 1.9 ms more GPU time per round than DFLASH's argmax (H200 profile). Here:
+  pass 1 (grid T x ceil(V / BLOCK)): each program takes one BLOCK-wide slice of a row: its max, its sum of
+         exp(x - max) (float32), and its top-K (K rounds of max, lowest index among equals);
+  pass 2 (grid T): merges the row's slices: top-K of the ceil(V / BLOCK) * K candidates (equal values: the
+         lower slice, then the earlier pick, i.e. the lower token id) and logsumexp = M + log(sum z_s
+         exp(m_s - M)).
+Values are the logits' own (bf16 widened exactly to float32); no host sync, CUDA-graph capturable.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["vocab"])
+def topk_lse_slices_kernel(
+    logits_ptr,  # [T, V] any float dtype
+    stride_row,
+    vocab,  # V
+    slice_val_ptr,  # [T, S, K] float32 out
+    slice_idx_ptr,  # [T, S, K] int64 out (token ids within the row)
+    slice_max_ptr,  # [T, S] float32 out
+    slice_sum_ptr,  # [T, S] float32 out: sum of exp(x - slice max)
+    num_slices,  # S
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    cols = tl.arange(0, BLOCK)
+    col0 = s * BLOCK
+    x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
+    x = x.to(tl.float32)
+    m = tl.max(x, axis=0)
+    z = tl.sum(tl.exp(x - m), axis=0)
+    out = (t * num_slices + s)
+    tl.store(slice_max_ptr + out, m)
+    tl.store(slice_sum_ptr + out, z)
+    for j in tl.static_range(K):
+        v = tl.max(x, axis=0)
+        i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
+        tl.store(slice_val_ptr + out * K + j, v)
+        tl.store(slice_idx_ptr + out * K + j, (col0 + i).to(tl.int64))
+        x = tl.where(cols == i, float("-inf"), x)
+
+
+@triton.jit
+def topk_lse_merge_kernel(
+    slice_val_ptr,  # [T, S, K] float32
+    slice_idx_ptr,  # [T, S, K] int64
+    slice_max_ptr,  # [T, S] float32
+    slice_sum_ptr,  # [T, S] float32
+    out_val_ptr,  # [T, K] float32 out: top-K logits, descending
+    out_idx_ptr,  # [T, K] int64 out
+    out_lse_ptr,  # [T] float32 out
+    num_slices,  # S
+    K: tl.constexpr,
+    BLOCK_C: tl.constexpr,  # next_pow2(S * K)
+    BLOCK_S: tl.constexpr,  # next_pow2(S)
+):
+    t = tl.program_id(0).to(tl.int64)
+    c = tl.arange(0, BLOCK_C)
+    n_cand = num_slices * K
+    vals = tl.load(slice_val_ptr + t * n_cand + c, mask=c < n_cand, other=float("-inf"))
+    for j in tl.static_range(K):
+        v = tl.max(vals, axis=0)
+        p = tl.min(tl.where(vals == v, c, BLOCK_C), axis=0)
+        tl.store(out_val_ptr + t * K + j, v)
+        tl.store(out_idx_ptr + t * K + j, tl.load(slice_idx_ptr + t * n_cand + p))
+        vals = tl.where(c == p, float("-inf"), vals)
+    s = tl.arange(0, BLOCK_S)
+    ms = tl.load(slice_max_ptr + t * num_slices + s, mask=s < num_slices, other=float("-inf"))
+    zs = tl.load(slice_sum_ptr + t * num_slices + s, mask=s < num_slices, other=0.0)
+    big = tl.max(ms, axis=0)
+    total = tl.sum(tl.where(s < num_slices, zs * tl.exp(ms - big), 0.0), axis=0)
+    tl.store(out_lse_ptr + t, big + tl.log(total))

@@ -1,0 +1,60 @@
+"""The draft head's fused top-K + logsumexp (``draft_head.topk_lse`` on ``worker/kernels/topk_lse.py``) ==
+PyTorch's topk / logsumexp of the float32 logits: natively on CUDA (a ``gpu`` test there, the real block
+and a Qwen3-sized vocabulary), else on CPU under the Triton interpreter with a small block (re-run in a
+subprocess, like the other kernel tests). Ties (bf16 logits repeat values) go to the lower token id.
+"""
+
+import pytest
+import torch
+
+from _interp_rerun import interpreter_active, make_rerun_test
+
+_CHILD_ENV = "SGLANG_DDTREE_TEST_TOPK_LSE_INTERP_CHILD"
+_CUDA = torch.cuda.is_available()
+if not _CUDA and not interpreter_active():
+    test_rerun_in_interpreter_subprocess = make_rerun_test(__file__, _CHILD_ENV)
+
+else:
+    if _CUDA:
+        pytestmark = pytest.mark.gpu
+    DEV = "cuda" if _CUDA else "cpu"
+    from sglang_ddtree.worker.draft_head import topk_lse
+
+    CASES = ([(5, 151936, 8, 4096), (40, 5000, 4, 4096), (3, 4096, 1, 4096)] if _CUDA else
+             [(3, 300, 4, 64), (2, 64, 8, 64), (4, 130, 1, 32), (2, 37, 8, 16)])  # (rows, V, K, block)
+
+    def _logits(rows, vocab, seed, ties):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(rows, vocab, generator=g) * 4
+        if ties:  # few distinct values: many equal logits at the top
+            x = (x * 2).round() / 2
+        return x.to(torch.bfloat16)
+
+    def _reference(logits, k):
+        """float32 top-K, equal values ordered by column (a stable descending sort), and logsumexp."""
+        wide = logits.float()
+        order = torch.sort(-wide, dim=-1, stable=True).indices[:, :k]
+        return wide.gather(1, order), order, torch.logsumexp(wide, dim=-1)
+
+    @pytest.mark.parametrize("rows,vocab,k,block", CASES)
+    @pytest.mark.parametrize("ties", [False, True])
+    def test_matches_torch(rows, vocab, k, block, ties):
+        logits = _logits(rows, vocab, seed=vocab + k, ties=ties).to(DEV)
+        val = torch.empty((rows, k), dtype=torch.float32, device=DEV)
+        ids = torch.empty((rows, k), dtype=torch.int64, device=DEV)
+        lse = torch.empty((rows,), dtype=torch.float32, device=DEV)
+        topk_lse(logits, k, val, ids, lse, backend="triton", block=block)
+        want_val, want_ids, want_lse = _reference(logits.cpu(), k)
+        assert torch.equal(val.cpu(), want_val)
+        assert torch.equal(ids.cpu(), want_ids)
+        assert torch.allclose(lse.cpu(), want_lse, rtol=0, atol=2e-5 * max(1.0, float(want_lse.abs().max())))
+
+    def test_strided_outputs_and_empty():
+        logits = _logits(4, 100, seed=1, ties=False).to(DEV)
+        val = torch.empty((4, 6), dtype=torch.float32, device=DEV)[:, :3]  # not contiguous
+        ids = torch.empty((4, 3), dtype=torch.int64, device=DEV)
+        lse = torch.empty((4,), dtype=torch.float32, device=DEV)
+        topk_lse(logits, 3, val, ids, lse, backend="triton", block=64 if not _CUDA else 4096)
+        want_val, want_ids, _ = _reference(logits.cpu(), 3)
+        assert torch.equal(val.cpu(), want_val) and torch.equal(ids.cpu(), want_ids)
+        topk_lse(logits[:0], 3, val[:0], ids[:0], lse[:0], backend="triton")
