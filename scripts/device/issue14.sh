@@ -6,7 +6,8 @@
 #     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
 #                                               # logits + end to end), sharp greedy parity, accept coverage
 # Device tool: carry [".device", ".fa3/sha.txt"] after staging the fa3 parts (../shared/device/README.md).
-# Env: SHAPE_CONFIGS, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_PROFILE_C override the shape run's lists.
+# Env: SHAPE_CONFIGS, SHAPE_BASELINES, SHAPE_CONCURRENCY, SHAPE_REPEATS override the shape run's lists;
+# SHAPE_PROFILE_C (e.g. 1,32) also records and analyses profiler traces at those concurrencies.
 set -u
 cd "$(dirname "$0")/../.."
 PAR=scripts/device/parallel.sh
@@ -22,7 +23,7 @@ case "${1:-}" in
       --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:16:8+triton,ddtree:16:8+fa3,ddtree:64:8+triton}" \
       --baselines "${SHAPE_BASELINES:-dflash+fa3,plain+fa3}" --concurrency "${SHAPE_CONCURRENCY:-1,8,32}" \
       --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
-      --profile-dir "$OUT/prof" --profile-concurrency "${SHAPE_PROFILE_C:-1,32}" \
+      ${SHAPE_PROFILE_C:+--profile-dir "$OUT/prof" --profile-concurrency "$SHAPE_PROFILE_C"} \
       --log-dir "$OUT/logs" --out "$OUT/shape.json" 2>&1 | tail -n 80
     # the analyses come back, and the traces when they fit one returned file (16 MiB)
     (cd "$OUT" && find prof -name '*.analysis.json' | tar -czf analyses.tar.gz -T - && tar -czf logs.tar.gz logs \
@@ -32,9 +33,9 @@ case "${1:-}" in
     ;;
   round)
     exec bash $PAR \
-      "kernels=$PYT test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_draw_kernel_interp.py test/worker/test_sampling_kernel_gpu.py" \
+      "kernels=$PYT test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_draw_kernel_interp.py test/worker/test_kv_move_interp.py test/worker/test_topk_lse_interp.py test/worker/test_sampling_kernel_gpu.py" \
       "sampling=$PYT test/worker/test_sampling_gpu.py" \
-      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b64,sharp:dd_triton_b15_nooverlap,sharp:dd_triton_b1,sharp:dd_triton_b64_nograph --deadline-s 480" \
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b64,sharp:dd_triton_b15_nooverlap,sharp:dd_triton_b1,sharp:dd_triton_b64_nograph --deadline-s 300" \
       "coverage=$PYT test/worker/test_accept_coverage_gpu.py"
     ;;
   *)
