@@ -124,8 +124,8 @@ class AcceptedKVMover:
 
     Our one-launch kernel (``kernels.kv_move``: live entries only) where the pool is one upstream moves with
     its tiled slot-row copy over ``data_ptrs`` (slot-major rows, no native move, no scale buffers), else
-    upstream's ``pool.move_kv_cache``, which copies the same rows. Built once per worker (reads the row
-    sizes then); calls do no host sync.
+    upstream's ``pool.move_kv_cache``, which copies the same rows. Built once per worker (row sizes from the
+    buffers' host-side shapes); no host sync.
     """
 
     TILE = 512  # bytes per program: a Qwen3 KV row (8 heads x 128 x bf16) is 2 KiB
@@ -141,7 +141,10 @@ class AcceptedKVMover:
                     and getattr(pool, "_kv_copy_config", None) is not None
                     and not getattr(pool, "use_hnd", False) and not getattr(pool, "use_native_move_kv_cache", False)
                     and getattr(pool, "k_scale_buffer", None) is None and int(getattr(pool, "layer_num", 0)) > 0)
-        self.tiles = -(-int(pool.data_strides.max()) // self.TILE) if self.own else 0
+        if self.own:  # data_ptrs must be exactly the K and V buffers; their row sizes come from host shapes
+            bufs = list(pool.k_buffer) + list(pool.v_buffer)
+            self.own = int(pool.data_ptrs.numel()) == len(bufs)
+        self.tiles = -(-max(b[0].numel() * b.element_size() for b in bufs) // self.TILE) if self.own else 0
 
     def __call__(self, commit: RoundCommit, width: int) -> None:
         if not self.own:

@@ -68,7 +68,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._eager_head is None:
             raise ValueError(f"--speculative-algorithm DDTREE needs a floating-point target LM head: {reason}.")
         self._warned_host_sync = False
-        self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
+        self._move_kv = None  # AcceptedKVMover, made at the first round (the target's pool exists by then)
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -155,6 +155,8 @@ class DDTreeWorker(DFlashWorkerV2):
         else:
             targets = sampling.node_samples(verify_input, batch, logits_output)
         c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
+        if self._move_kv is None:
+            self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
         self._move_kv(c, width)
         new_seq_lens = c.new_seq_lens.to(prefix.dtype)  # [bs] prefix + accept length
         if on_publish is not None:
