@@ -1,0 +1,213 @@
+"""Choosing a round's verify width from the load: the policy behind ``--speculative-ddtree-budget auto``.
+
+A round at budget b verifies b + 1 tokens per request (b = 0: no drafting, the round is one target decode
+step that commits the bonus token). It commits, per request, 1 + (accepted drafts) tokens and costs
+``cost(bs, b)`` milliseconds. The policy picks, from a small bucket set that includes 0, the budget with
+the most expected committed tokens per second for the batch:
+
+    argmax_b  sum_r E[tokens_r | b] / cost(bs, b)
+
+Expected tokens come from an accept model:
+  ``ScoreAcceptModel``  the drafter's own tree scores: a node is accepted exactly when its whole root path is,
+                        and its score is that path's draft log-probability, so for a calibrated drafter the
+                        expected accepted drafts of the budget-b tree are the sum of exp(score) over its b
+                        nodes (``expected_drafts_at``: the budget-b tree is the b best-scoring nodes of any
+                        larger tree, parents scoring at least their children). A ratio per bucket, observed
+                        accepted / predicted, corrects it online.
+  ``TableAcceptModel``  a stated accept-length table (tokens per round by budget): what benchmarks on random
+                        weights project from (``benchmark/bench_shape.py``'s table).
+Costs come from ``CostModel``: a start-up calibration per (captured batch size, bucket), refined online by
+round timings read a round later. ``WidthPolicy`` combines them; while it runs width 0 it has no tree
+scores, so every ``probe_every``-th such round it drafts at the smallest positive bucket to look again.
+Pure host-side arithmetic on small arrays (the GPU side hands over its numbers a round late, without a
+sync): nothing here touches SGLang.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Dict, Optional, Sequence
+
+import torch
+
+
+def bucket_budgets(max_budget: int, *, smallest: int = 2) -> tuple:
+    """The candidate budgets for ``max_budget``: 0 (no drafting), the powers of two from ``smallest`` below
+    ``max_budget``, and ``max_budget`` itself, ascending. E.g. 64 -> (0, 2, 4, 8, 16, 32, 64)."""
+    if max_budget < 1:
+        raise ValueError(f"max_budget must be >= 1, got {max_budget}")
+    out, b = [0], max(1, int(smallest))
+    while b < max_budget:
+        out.append(b)
+        b *= 2
+    out.append(int(max_budget))
+    return tuple(out)
+
+
+def expected_drafts_at(scores: torch.Tensor, budgets: Sequence[int]) -> torch.Tensor:
+    """Expected accepted drafts of each request's budget-b tree, for every b in ``budgets``, from one tree of
+    a budget >= max(budgets): the sum of exp(score) over its b best-scoring nodes (0 for b = 0; fewer real
+    nodes than b: all of them). Shape: scores [bs, N] float32 (``Tree.scores``: row 0 the root, pads -inf)
+    -> [bs, len(budgets)] float32. No host sync."""
+    nodes = scores[:, 1:].float()
+    bs, n_nodes = nodes.shape
+    if max(budgets, default=0) > n_nodes:
+        raise ValueError(f"budgets {list(budgets)} exceed the tree's {n_nodes} nodes")
+    top = torch.sort(nodes, dim=1, descending=True).values.exp()  # pads: exp(-inf) = 0
+    cum = torch.cat([torch.zeros((bs, 1), dtype=top.dtype, device=top.device), top.cumsum(dim=1)], dim=1)
+    idx = torch.tensor(list(budgets), dtype=torch.int64, device=scores.device)
+    return cum.index_select(1, idx)
+
+
+class CostModel:
+    """Milliseconds per round by (batch size, bucket budget): seeded by a start-up calibration of each captured
+    batch size, refined by observed rounds (exponential moving average). A batch runs at the smallest
+    captured size that holds it (CUDA graphs pad), so lookups round the batch size up."""
+
+    def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, smoothing: float = 0.1):
+        if not 0.0 < smoothing <= 1.0:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        self.batch_sizes = sorted({int(b) for b in batch_sizes})
+        self.budgets = tuple(budgets)
+        self.smoothing = smoothing
+        self._ms: Dict[tuple, float] = {}
+
+    def _key(self, bs: int, budget: int) -> tuple:
+        i = bisect.bisect_left(self.batch_sizes, bs)
+        if i == len(self.batch_sizes):
+            raise ValueError(f"batch size {bs} exceeds the largest captured one ({self.batch_sizes[-1]})")
+        if budget not in self.budgets:
+            raise ValueError(f"budget {budget} is not a bucket ({self.budgets})")
+        return self.batch_sizes[i], budget
+
+    def seed(self, bs: int, budget: int, ms: float) -> None:
+        self._ms[self._key(bs, budget)] = float(ms)
+
+    def observe(self, bs: int, budget: int, ms: float) -> None:
+        key = self._key(bs, budget)
+        old = self._ms.get(key)
+        self._ms[key] = float(ms) if old is None else old + self.smoothing * (float(ms) - old)
+
+    def cost(self, bs: int, budget: int) -> Optional[float]:
+        return self._ms.get(self._key(bs, budget))
+
+
+class TableAcceptModel:
+    """Tokens per round from a stated table {budget: accept length (bonus included)}; budget 0 commits 1.
+    Between table entries linear in log2(budget), clamped outside (as ``bench_shape``'s projection)."""
+
+    def __init__(self, table: Dict[int, float]):
+        if not table or any(int(b) < 1 or float(t) < 1.0 for b, t in table.items()):
+            raise ValueError(f"accept table needs budgets >= 1 with accept lengths >= 1, got {table}")
+        self.points = sorted((math.log2(int(b)), float(t)) for b, t in table.items())
+
+    def tokens_per_request(self, budget: int) -> float:
+        if budget == 0:
+            return 1.0
+        x, pts = math.log2(budget), self.points
+        if x <= pts[0][0]:
+            return pts[0][1]
+        if x >= pts[-1][0]:
+            return pts[-1][1]
+        i = bisect.bisect_left([p[0] for p in pts], x)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+    def expected_tokens(self, bs: int, budgets: Sequence[int], drafts=None) -> list:
+        return [bs * self.tokens_per_request(b) for b in budgets]
+
+
+class ScoreAcceptModel:
+    """Tokens per round from the drafter's tree scores, corrected online.
+
+    ``expected_tokens(bs, budgets, drafts)`` with drafts [R, len(budgets)] (``expected_drafts_at`` of the
+    requests' latest trees, read a round late; None when no tree has been seen) sums 1 + ratio_b * drafts
+    over the R requests and scales to bs. ``observe(budget, predicted, observed)`` (accepted drafts of one
+    round, summed over its requests) updates ratio_b; a bucket never observed uses the mean ratio of those
+    that were (1.0 before any)."""
+
+    def __init__(self, budgets: Sequence[int], *, smoothing: float = 0.05, prior_ratio: float = 1.0):
+        self.budgets = tuple(budgets)
+        self.smoothing = smoothing
+        self.prior_ratio = prior_ratio
+        self.ratio: Dict[int, float] = {}
+
+    def ratio_for(self, budget: int) -> float:
+        if budget in self.ratio:
+            return self.ratio[budget]
+        return sum(self.ratio.values()) / len(self.ratio) if self.ratio else self.prior_ratio
+
+    def observe(self, budget: int, predicted: float, observed: float) -> None:
+        if budget == 0 or predicted <= 0.0:
+            return
+        r = float(observed) / float(predicted)
+        old = self.ratio.get(budget)
+        self.ratio[budget] = r if old is None else old + self.smoothing * (r - old)
+
+    def expected_tokens(self, bs: int, budgets: Sequence[int], drafts=None) -> Optional[list]:
+        if drafts is None or len(drafts) == 0:
+            return None
+        rows = len(drafts)
+        out = []
+        for j, b in enumerate(budgets):
+            total = sum(1.0 + self.ratio_for(b) * float(d[j]) for d in drafts) if b else float(rows)
+            out.append(total * bs / rows)
+        return out
+
+
+class WidthPolicy:
+    """Picks each round's bucket budget (see the module docstring).
+
+    ``choose(bs, drafts)`` -> budget; ``rates(bs, drafts)`` -> {budget: predicted tokens per second or None}.
+    Width 0 is chosen only when it pays; after ``probe_every`` consecutive width-0 rounds the next round drafts
+    at the smallest positive bucket so that the accept model sees fresh scores. Buckets without a cost are
+    skipped; with no usable prediction the policy drafts at the smallest positive bucket.
+    """
+
+    def __init__(self, budgets: Sequence[int], costs: CostModel, accept, *, probe_every: int = 16):
+        if 0 not in budgets or sorted(budgets) != list(budgets):
+            raise ValueError(f"budgets must be ascending and include 0, got {list(budgets)}")
+        if probe_every < 1:
+            raise ValueError(f"probe_every must be >= 1, got {probe_every}")
+        self.budgets = tuple(budgets)
+        self.costs = costs
+        self.accept = accept
+        self.probe_every = probe_every
+        self._zero_run = 0
+
+    def rates(self, bs: int, drafts=None) -> Dict[int, Optional[float]]:
+        tokens = self.accept.expected_tokens(bs, self.budgets, drafts)
+        out = {}
+        for j, b in enumerate(self.budgets):
+            ms = self.costs.cost(bs, b)
+            out[b] = None if (tokens is None or ms is None or ms <= 0) else 1000.0 * tokens[j] / ms
+        return out
+
+    def choose(self, bs: int, drafts=None) -> int:
+        rates = self.rates(bs, drafts)
+        known = {b: r for b, r in rates.items() if r is not None}
+        smallest = self.budgets[1] if len(self.budgets) > 1 else 0
+        if not known:
+            self._zero_run = 0
+            return smallest
+        best = max(known, key=lambda b: (known[b], -b))  # equal rates: the smaller budget
+        if best == 0:
+            self._zero_run += 1
+            if self._zero_run > self.probe_every:
+                self._zero_run = 0
+                return smallest
+            return 0
+        self._zero_run = 0
+        return best
+
+    def describe(self, batch_sizes: Sequence[int], drafts=None) -> list:
+        """One line per batch size: the pick and the predicted tokens/s per bucket (the start-up log)."""
+        lines = []
+        for bs in batch_sizes:
+            rates = self.rates(bs, drafts)
+            known = {b: r for b, r in rates.items() if r is not None}
+            pick = max(known, key=lambda b: (known[b], -b)) if known else None
+            cells = ", ".join(f"{b}: {'-' if r is None else f'{r:.0f}'}" for b, r in rates.items())
+            lines.append(f"bs {bs}: budget {pick if pick is not None else '?'} (tokens/s by budget {cells})")
+        return lines

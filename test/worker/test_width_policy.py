@@ -1,0 +1,171 @@
+"""The width policy behind ``--speculative-ddtree-budget auto`` (``sglang_ddtree.width_policy``), on CPU.
+
+- ``expected_drafts_at`` from one large tree equals sum(exp(score)) of the trees built at each smaller budget
+  (the budget-b tree is the b best nodes of a larger one), and, for a calibrated drafter, the mean accepted
+  drafts of the production walk (``greedy_accept_commit`` fed with draws from the drafter's own
+  distributions, as a T > 0 round is): a Monte Carlo check of the formula the policy relies on.
+- Cost, accept and choice: table interpolation, padded batch sizes, the ratio correction, width 0 only when it
+  pays and probed back out of, equal rates going to the smaller budget.
+"""
+
+import math
+
+import pytest
+import torch
+
+from sglang_ddtree.tree import build_tree
+from sglang_ddtree.width_policy import (
+    CostModel, ScoreAcceptModel, TableAcceptModel, WidthPolicy, bucket_budgets, expected_drafts_at,
+)
+from sglang_ddtree.worker.kv_commit import greedy_accept_commit
+from sglang_ddtree.worker.tree_api import fill_root
+
+
+def _draft(bs, depth, vocab, k, seed, sharp=1.5):
+    g = torch.Generator().manual_seed(seed)
+    logq = torch.log_softmax(torch.randn(bs, depth, vocab, generator=g) * sharp, -1)
+    lp, ids = logq.topk(k, dim=-1)
+    return logq, lp, ids
+
+
+def test_bucket_budgets():
+    assert bucket_budgets(64) == (0, 2, 4, 8, 16, 32, 64)
+    assert bucket_budgets(15) == (0, 2, 4, 8, 15)
+    assert bucket_budgets(1) == (0, 1)
+    assert bucket_budgets(2) == (0, 2)
+    assert bucket_budgets(40, smallest=4) == (0, 4, 8, 16, 32, 40)
+    with pytest.raises(ValueError):
+        bucket_budgets(0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_expected_drafts_match_smaller_trees(seed):
+    bs, depth, vocab, k = 3, 6, 12, 4
+    _, lp, ids = _draft(bs, depth, vocab, k, seed)
+    budgets = (0, 1, 2, 5, 9, 17, 30)
+    big = build_tree(lp, ids, 30)
+    got = expected_drafts_at(big.scores, budgets)
+    assert got.shape == (bs, len(budgets))
+    for j, b in enumerate(budgets):
+        if b == 0:
+            assert torch.equal(got[:, j], torch.zeros(bs))
+            continue
+        small = build_tree(lp, ids, b)
+        want = torch.where(small.valid[:, 1:], small.scores[:, 1:].exp(), torch.zeros(())).sum(1)
+        assert torch.allclose(got[:, j], want, rtol=1e-5, atol=1e-6), (b, got[:, j], want)
+    with pytest.raises(ValueError):
+        expected_drafts_at(big.scores, (0, 31))
+
+
+def test_expected_drafts_count_real_nodes_only():
+    # a tree with fewer real nodes than the budget (K = 1, depth 3): pads contribute nothing
+    _, lp, ids = _draft(2, 3, 8, 1, seed=0)
+    tree = build_tree(lp, ids, 10)
+    got = expected_drafts_at(tree.scores, (0, 3, 10))
+    assert torch.allclose(got[:, 1], got[:, 2])
+
+
+def test_calibrated_drafter_acceptance_matches_the_score_sum():
+    """Target = the drafter: the next token at depth d is drawn from the drafter's position-d distribution
+    (DFlash drafts every block position at once, independent of the prefix). The walk then accepts each node
+    with the probability of its root path, so mean accepted drafts -> sum over nodes of exp(score)."""
+    bs, depth, vocab, k, budget, trials = 64, 5, 6, 3, 12, 60
+    logq, lp, ids = _draft(bs, depth, vocab, k, seed=3, sharp=2.0)
+    q = logq.exp()
+    tree = build_tree(lp, ids, budget)
+    tokens = fill_root(tree, torch.zeros(bs, dtype=torch.int64))
+    n = budget + 1
+    pos = tree.depths.clamp(max=depth - 1)  # row at depth d: next token from position d + 1 (index d)
+    probs = q.gather(1, pos.unsqueeze(-1).expand(bs, n, vocab))  # [bs, N, V]
+    predicted = expected_drafts_at(tree.scores, (budget,))[:, 0]
+    g = torch.Generator().manual_seed(11)
+    loc = torch.arange(bs * n).view(bs, n) + 1
+    observed = torch.zeros(bs)
+    for _ in range(trials):
+        draws = torch.multinomial(probs.view(-1, vocab), 1, generator=g).view(bs, n)
+        c = greedy_accept_commit(tree, tokens, draws, loc, torch.zeros(bs, dtype=torch.int64), depth + 1)
+        observed += (c.accept_lens - 1).float()
+    observed /= trials
+    # per-request accepted drafts have variance <= depth^2 / 4; pooled over bs * trials draws
+    sigma = math.sqrt((depth ** 2 / 4) / (bs * trials))
+    assert abs(float(observed.mean() - predicted.mean())) < 4 * sigma, (observed.mean(), predicted.mean())
+    assert float(predicted.mean()) > 0.5  # a non-trivial tree
+
+
+def test_table_accept_model_interpolates_in_log2():
+    t = TableAcceptModel({16: 8.61, 64: 9.75})
+    assert t.tokens_per_request(0) == 1.0
+    assert t.tokens_per_request(16) == pytest.approx(8.61)
+    assert t.tokens_per_request(32) == pytest.approx((8.61 + 9.75) / 2)
+    assert t.tokens_per_request(4) == pytest.approx(8.61)  # clamped below
+    assert t.tokens_per_request(512) == pytest.approx(9.75)  # clamped above
+    assert t.expected_tokens(4, (0, 16)) == pytest.approx([4.0, 4 * 8.61])
+    with pytest.raises(ValueError):
+        TableAcceptModel({0: 2.0})
+
+
+def test_cost_model_pads_batch_sizes_and_smooths():
+    c = CostModel([1, 8, 32], (0, 16), smoothing=0.5)
+    c.seed(8, 16, 10.0)
+    assert c.cost(5, 16) == 10.0  # runs in the bs-8 graph
+    assert c.cost(9, 16) is None
+    c.observe(8, 16, 14.0)
+    assert c.cost(8, 16) == pytest.approx(12.0)
+    c.observe(1, 0, 3.0)  # first observation seeds
+    assert c.cost(1, 0) == 3.0
+    with pytest.raises(ValueError):
+        c.cost(33, 16)
+    with pytest.raises(ValueError):
+        c.seed(1, 7, 1.0)
+
+
+def _costs(batch_sizes, budgets, *, step_ms=5.0, per_token_ms=0.004, fixed_ms=1.5):
+    """A round costs a weight-bound step up to ~128 tokens, then grows with the tokens (Qwen3-8B-like)."""
+    c = CostModel(batch_sizes, budgets)
+    for bs in batch_sizes:
+        for b in budgets:
+            tokens = bs * (b + 1)
+            c.seed(bs, b, step_ms + max(0, tokens - 128) * per_token_ms + (fixed_ms if b else 0.0))
+    return c
+
+
+def test_policy_shrinks_the_tree_with_load_and_stops_drafting_when_it_does_not_pay():
+    budgets = bucket_budgets(64)
+    batch_sizes = [1, 2, 4, 8, 16, 32, 64]
+    table = TableAcceptModel({16: 8.61, 32: 9.27, 64: 9.75})
+    policy = WidthPolicy(budgets, _costs(batch_sizes, budgets), table)
+    picks = [policy.choose(bs) for bs in batch_sizes]
+    assert picks[0] == 64 and picks == sorted(picks, reverse=True), picks
+    for bs, b in zip(batch_sizes, picks):  # never predicted worse than not drafting
+        rates = policy.rates(bs)
+        assert rates[b] >= rates[0]
+    weak = WidthPolicy(budgets, _costs(batch_sizes, budgets, per_token_ms=0.05),
+                       TableAcceptModel({2: 1.05, 64: 1.1}), probe_every=3)
+    assert [weak.choose(64) for _ in range(5)] == [0, 0, 0, 2, 0]  # probed back out of width 0
+    assert len(policy.describe([1, 64])) == 2 and "budget 64" in policy.describe([1])[0]
+
+
+def test_score_model_corrects_overconfident_scores():
+    budgets = (0, 4, 16)
+    costs = CostModel([4], budgets)
+    for b, ms in ((0, 5.0), (4, 7.0), (16, 9.0)):
+        costs.seed(4, b, ms)
+    acc = ScoreAcceptModel(budgets, smoothing=0.5)
+    policy = WidthPolicy(budgets, costs, acc)
+    drafts = [[0.0, 3.0, 6.0]] * 4  # the drafter claims 6 accepted drafts at budget 16
+    assert policy.choose(4) == 4  # no scores yet: the smallest positive bucket
+    assert policy.choose(4, drafts) == 16
+    for _ in range(20):  # it accepts a tenth of that
+        acc.observe(16, predicted=24.0, observed=2.4)
+    assert acc.ratio_for(16) == pytest.approx(0.1, rel=1e-3)
+    assert acc.ratio_for(4) == pytest.approx(0.1, rel=1e-3)  # unobserved buckets borrow the mean ratio
+    assert policy.choose(4, drafts) == 0  # 1.6 tokens in 9 ms and 1.3 in 7 lose to 1 in 5
+    tokens = acc.expected_tokens(8, budgets, drafts)  # scaled from the 4 rows seen to the batch of 8
+    assert tokens[0] == pytest.approx(8.0) and tokens[2] == pytest.approx(8 * (1 + 0.1 * 6.0))
+
+
+def test_policy_arguments():
+    with pytest.raises(ValueError):
+        WidthPolicy((2, 4), CostModel([1], (2, 4)), TableAcceptModel({2: 2.0}))
+    with pytest.raises(ValueError):
+        WidthPolicy((0, 2), CostModel([1], (0, 2)), TableAcceptModel({2: 2.0}), probe_every=0)
