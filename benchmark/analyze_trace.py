@@ -218,7 +218,7 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
 
     def row(key):
         return sums.setdefault(key, {"functions": set(), "cpu": 0.0, "calls": 0, "gpu": 0.0, "ops": 0,
-                                     "eager": 0, "graph": 0})
+                                     "eager": 0, "graph": 0, "graph_gpu": 0.0})
 
     self_cpu = 0.0
     for e in decode:
@@ -244,6 +244,8 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
         if where[id(r)] is not None:
             sums[where[id(r)]]["gpu"] += g.get("dur", 0.0)
             sums[where[id(r)]]["ops"] += 1
+            if _launch_kind(r["name"]) == "graph":
+                sums[where[id(r)]]["graph_gpu"] += g.get("dur", 0.0)
     syncs = Counter()
     for r in runtime:
         key = where[id(r)]
@@ -263,7 +265,8 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
         return {**({"functions": sorted(s["functions"])} if s["functions"] else {}),
                 "cpu_us_per_round": round(s["cpu"] / n, 1),
                 **({"calls_per_round": round(s["calls"] / n, 2)} if calls else {}),
-                "gpu_us_per_round": round(s["gpu"] / n, 1), "kernels_per_round": round(s["ops"] / n, 2),
+                "gpu_us_per_round": round(s["gpu"] / n, 1), "graph_gpu_us_per_round": round(s["graph_gpu"] / n, 1),
+                "kernels_per_round": round(s["ops"] / n, 2),
                 "eager_launches_per_round": round(s["eager"] / n, 2),
                 "graph_launches_per_round": round(s["graph"] / n, 2)}
 
@@ -276,6 +279,8 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
         "phases": phases, "outside_rounds": out(outside_rounds, calls=False),
         "eager_launches_per_round": round(sum(s["eager"] for s in in_rounds) / n, 2),
         "graph_launches_per_round": round(sum(s["graph"] for s in in_rounds) / n, 2),
+        # GPU time of the work replayed by CUDA graphs inside the rounds: the forwards (draft + verify)
+        "graph_gpu_us_per_round": round(sum(s["graph_gpu"] for s in in_rounds) / n, 1),
         "host_syncs_per_round": [{"call": c, "phase": p, "per_round": round(k / n, 2)}
                                  for (c, p), k in sorted(syncs.items(), key=lambda kv: -kv[1])],
         "gpu_ops_unlinked": unlinked,

@@ -11,7 +11,8 @@ for plain), which cancels prefill and per-request set-up. Every generate gets fr
 same for every config), so no prefix cache hit skews one of the pair. Dummy weights accept ~1 token per
 round, so throughput is projected as c * tau / round_ms from an accept-length table (``--accept-table``
 or the built-in one below). ``--profile-dir`` also records a torch-profiler trace per config and listed
-concurrency and embeds ``analyze_trace.analyze`` of it.
+concurrency, embeds ``analyze_trace.analyze`` of it and reports the round's time outside its CUDA graphs
+(``outside_graphs_ms``: unprofiled median round minus the profiled GPU time of the graph-replayed forwards).
 
     python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b] \
         [--configs plain,dflash,ddtree:16:8,ddtree:64:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
@@ -211,7 +212,10 @@ class _FakeEngine:
         for i in range(5):
             ev.append({"cat": "python_function", "ph": "X", "name": name, "ts": 100 + 100 * i, "dur": 80,
                        "args": {"Python id": 10 + i, "Python parent id": 1}})
-            ev.append({"cat": "kernel", "ph": "X", "name": "k", "ts": 110 + 100 * i, "dur": 50})
+            ev.append({"cat": "cuda_runtime", "ph": "X", "name": "cudaGraphLaunch", "ts": 105 + 100 * i, "dur": 2,
+                       "args": {"correlation": 100 + i}})
+            ev.append({"cat": "kernel", "ph": "X", "name": "k", "ts": 110 + 100 * i, "dur": 50,
+                       "args": {"correlation": 100 + i}})
         os.makedirs(self.profile_dir, exist_ok=True)
         with open(os.path.join(self.profile_dir, "fake-TP-0.trace.json"), "w") as f:
             json.dump({"traceEvents": ev}, f)
@@ -427,9 +431,26 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             child.close()
     results, best = summarize(runs, args.table, args.baselines)
     for (spec, c), d in profile_dirs.items():
-        results[spec][str(c)]["profile"] = _analyze_profile(d)
+        m = results[spec][str(c)]
+        m["profile"] = _analyze_profile(d)
+        m.update(outside_graphs(m["round_ms_median"], m["profile"]))
+        if m.get("outside_graphs_ms") is not None:
+            print(f"[bench_shape] {shape} c {c:>3} {spec:>22}: {m['outside_graphs_ms']:.2f} ms of the round outside "
+                  f"its CUDA graphs ({100 * m['outside_graphs_fraction']:.0f} %)", flush=True)
     print(f"[bench_shape] {shape} done ({time.time() - t0:.0f} s)", flush=True)
     return results, best
+
+
+def outside_graphs(round_ms: float, profile: dict) -> dict:
+    """The part of a round spent outside its CUDA graphs (the draft and target forwards): the unprofiled
+    median round minus the GPU time of the graph-replayed work in the profiled rounds (kernel times, which
+    the profiler does not inflate as it does CPU times). {} without a usable profile."""
+    graph_us = (profile or {}).get("graph_gpu_us_per_round")
+    if graph_us is None or not round_ms:
+        return {}
+    outside = round_ms - graph_us / 1000.0
+    return {"graphs_gpu_ms": round(graph_us / 1000.0, 3), "outside_graphs_ms": round(outside, 3),
+            "outside_graphs_fraction": round(outside / round_ms, 4)}
 
 
 def _print_table(shape: str, results: dict, best: dict, concurrency: list) -> None:

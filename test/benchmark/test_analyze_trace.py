@@ -160,6 +160,9 @@ def test_phase_gpu_times_launches_and_cpu_times_are_recovered_exactly():
     assert (out["gpu_us_per_round"], out["kernels_per_round"], out["eager_launches_per_round"]) == (4.0, 0.8, 0.8)
     assert out["cpu_us_per_round"] == ((N - 1) * PERIOD + 700 - N * 700) / N
     assert rep["eager_launches_per_round"] == 7 and rep["graph_launches_per_round"] == 1
+    # the graph's four ops (attn 100 + mlp 50 + lm_head 50 + memcpy32_post 2), not the eager draft kernels
+    assert rep["graph_gpu_us_per_round"] == 202 and rep["phases"]["_verify"]["graph_gpu_us_per_round"] == 202
+    assert rep["phases"]["_draft"]["graph_gpu_us_per_round"] == 0
     assert rep["gpu_ops_unlinked"] == 0
     # the existing keys keep their meaning
     assert rep["gpu_busy_us_per_round"] == (N * (BUSY - 5) + (N - 1) * 5) / N
@@ -242,6 +245,7 @@ def test_dflash_round_function_with_its_prefill_left_out():
             ph["forward_batch_generation"]["graph_launches_per_round"]) == (300, 300, 1)
     assert ph["_greedy_sample_from_vocab_parallel_head"]["eager_launches_per_round"] == 1
     assert rep["graph_launches_per_round"] == 2 and rep["eager_launches_per_round"] == 1
+    assert rep["graph_gpu_us_per_round"] == 80 + 300  # the draft and target graphs, not the eager argmax
     assert rep["gpu_idle_us_per_round"] == 2000 - (80 + 5 + 300)
 
 

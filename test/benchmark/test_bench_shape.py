@@ -124,6 +124,19 @@ def test_profile_traces_are_analysed(run):
         assert prof["trace"].startswith(str(tmp / "prof" / "qwen3-4b"))
         full = json.loads(open(prof["trace"] + ".analysis.json").read())
         assert "call_tree" in full and full["rounds"] == 5
+        # the fake's rounds replay one 50 us graph each: the rest of the measured round is outside the graphs
+        m = res[spec]["4"]
+        assert prof["graph_gpu_us_per_round"] == 50.0 and m["graphs_gpu_ms"] == 0.05
+        assert m["outside_graphs_ms"] == pytest.approx(m["round_ms_median"] - 0.05, abs=1e-3)
+
+
+def test_outside_graphs():
+    from bench_shape import outside_graphs
+
+    assert outside_graphs(10.0, {"graph_gpu_us_per_round": 7500.0}) == {
+        "graphs_gpu_ms": 7.5, "outside_graphs_ms": 2.5, "outside_graphs_fraction": 0.25}
+    assert outside_graphs(10.0, {"error": "only 2 decode rounds found in the trace"}) == {}
+    assert outside_graphs(10.0, None) == {}
 
 
 def test_report_records_how_it_ran(run):
