@@ -29,11 +29,12 @@ def _draft(bs, depth, vocab, k, seed, sharp=1.5):
 
 
 def test_bucket_budgets():
-    assert bucket_budgets(64) == (0, 2, 4, 8, 16, 32, 64)
-    assert bucket_budgets(15) == (0, 2, 4, 8, 15)
+    assert bucket_budgets(64) == (0, 1, 3, 7, 15, 31, 63, 64)
+    assert bucket_budgets(63) == (0, 1, 3, 7, 15, 31, 63)
+    assert bucket_budgets(15) == (0, 1, 3, 7, 15)
     assert bucket_budgets(1) == (0, 1)
-    assert bucket_budgets(2) == (0, 2)
-    assert bucket_budgets(40, smallest=4) == (0, 4, 8, 16, 32, 40)
+    assert bucket_budgets(2) == (0, 1, 2)
+    assert bucket_budgets(40, smallest=3) == (0, 3, 7, 15, 31, 40)
     with pytest.raises(ValueError):
         bucket_budgets(0)
 
@@ -130,19 +131,19 @@ def _costs(batch_sizes, budgets, *, step_ms=5.0, per_token_ms=0.004, fixed_ms=1.
 
 
 def test_policy_shrinks_the_tree_with_load_and_stops_drafting_when_it_does_not_pay():
-    budgets = bucket_budgets(64)
+    budgets = bucket_budgets(63)
     batch_sizes = [1, 2, 4, 8, 16, 32, 64]
     table = TableAcceptModel({16: 8.61, 32: 9.27, 64: 9.75})
     policy = WidthPolicy(budgets, _costs(batch_sizes, budgets), table)
     picks = [policy.choose(bs) for bs in batch_sizes]
-    assert picks[0] == 64 and picks == sorted(picks, reverse=True), picks
+    assert picks[0] == 63 and picks == sorted(picks, reverse=True), picks
     for bs, b in zip(batch_sizes, picks):  # never predicted worse than not drafting
         rates = policy.rates(bs)
         assert rates[b] >= rates[0]
     weak = WidthPolicy(budgets, _costs(batch_sizes, budgets, per_token_ms=0.05),
                        TableAcceptModel({2: 1.05, 64: 1.1}), probe_every=3)
-    assert [weak.choose(64) for _ in range(5)] == [0, 0, 0, 2, 0]  # probed back out of width 0
-    assert len(policy.describe([1, 64])) == 2 and "budget 64" in policy.describe([1])[0]
+    assert [weak.choose(64) for _ in range(5)] == [0, 0, 0, 1, 0]  # probed back out of width 0
+    assert len(policy.describe([1, 64])) == 2 and "budget 63" in policy.describe([1])[0]
 
 
 def test_score_model_corrects_overconfident_scores():
