@@ -1,0 +1,116 @@
+"""benchmark/shadow_compare.py against the fake SGLang servers of test_bench_serving.py: identical fakes pass,
+a candidate that changes one token (or stops early) is reported at that position, only the two given servers
+are contacted (a third fake, also set as the HTTP proxy, must see nothing), and the exit codes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_bench_serving import ROOT, fakes, free_port_url  # noqa: E402,F401 (fakes: the fixture)
+
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+import shadow_compare as sc  # noqa: E402
+from bench_e2e import PROMPTS  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "benchmark", "shadow_compare.py")
+
+
+def _run(base, cand, *extra):
+    return sc.main(["--baseline", base.url, "--candidate", cand.url, "--max-new-tokens", "12", *extra])
+
+
+def test_identical_servers_pass_and_nothing_else_is_contacted(fakes, tmp_path, capsys, monkeypatch):
+    bystander = fakes()
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, bystander.url)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    base, cand = fakes(round_s=0.004), fakes(round_s=0.002, per_round=2)
+    out = tmp_path / "shadow.json"
+    assert _run(base, cand, "--concurrency", "4", "--out", str(out)) == 0
+    stdout = capsys.readouterr().out
+    assert stdout.strip().splitlines()[-1] == f"VERDICT: IDENTICAL: {len(PROMPTS)}/{len(PROMPTS)} requests, " \
+                                              f"{12 * len(PROMPTS)} output tokens"
+    for f in (base, cand):
+        assert dict(f.counts) == {("GET", "/health"): 1, ("POST", "/generate"): len(PROMPTS)}
+    assert sum(bystander.counts.values()) == 0
+    rep = json.loads(out.read_text())
+    assert rep["exit_code"] == 0 and rep["divergences"] == [] and rep["compared_by_text"] == 0
+    assert rep["summary"]["candidate"]["mean_accept_length"] is not None
+    assert 0.1 < rep["ratios"]["tpot_p50"] < 0.5 and rep["ratios"]["output_tok_s"] > 1.5
+
+
+def test_one_changed_token_is_reported_at_its_position(fakes, tmp_path, capsys):
+    base = fakes()
+    cand = fakes(mutate={PROMPTS[3]: (7, 4242)})
+    out = tmp_path / "shadow.json"
+    assert _run(base, cand, "--num-requests", "6", "--concurrency", "2", "--context", "2", "--out", str(out)) == 1
+    stdout = capsys.readouterr().out
+    assert "request 3 (prompt 3): first difference at output token 7 (lengths 12 / 12)" in stdout
+    ids = base.tokens({"text": PROMPTS[3]}, 12)
+    assert f"baseline  [5:]: {ids[5]} {ids[6]} [{ids[7]}] {ids[8]} {ids[9]}" in stdout
+    assert f"candidate [5:]: {ids[5]} {ids[6]} [4242] {ids[8]} {ids[9]}" in stdout
+    assert stdout.strip().splitlines()[-1].startswith("VERDICT: DIVERGED: 1/6 requests differ (first: request 3 at "
+                                                      "output position 7)")
+    (d,) = json.loads(out.read_text())["divergences"]
+    assert (d["request"], d["position"], d["compared"]) == (3, 7, "output_ids")
+    assert d["candidate_around"] == [ids[5], ids[6], 4242, ids[8], ids[9]] and d["around_start"] == 5
+
+
+def test_early_stop_and_text_fallback(fakes, capsys):
+    base, cand = fakes(), fakes(stop_after={PROMPTS[1]: 5})
+    assert _run(base, cand, "--num-requests", "3") == 1
+    stdout = capsys.readouterr().out
+    assert "request 1 (prompt 1): first difference at output token 5 (lengths 12 / 5)" in stdout and "[end]" in stdout
+    base, cand = fakes(output_ids=False), fakes(output_ids=False, mutate={PROMPTS[0]: (2, 999)})
+    assert _run(base, cand, "--num-requests", "2") == 1
+    stdout = capsys.readouterr().out
+    assert "request 0 (prompt 0): first difference at output character" in stdout
+    assert "note: 2 request(s) compared by text" in stdout
+
+
+def test_prompts_file_and_repeated_requests(fakes, tmp_path, capsys):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"input_ids": [5, 6, 7]}\n{"prompt": "hello"}\n')
+    base, cand = fakes(), fakes(mutate={(5, 6, 7): (0, 1)})
+    assert _run(base, cand, "--prompts", str(p), "--num-requests", "5") == 1
+    stdout = capsys.readouterr().out
+    # requests 0, 2, 4 use the first prompt
+    assert "DIVERGED: 3/5 requests differ (first: request 0 at output position 0)" in stdout
+    assert "request 4 (prompt 0)" in stdout
+
+
+def test_failed_request_is_incomplete(fakes, capsys):
+    base, cand = fakes(), fakes(fail_every=2)
+    assert _run(base, cand, "--num-requests", "4") == 2
+    stdout = capsys.readouterr().out
+    assert "request 1 failed: baseline None, candidate HTTP 500" in stdout
+    assert "VERDICT: INCOMPLETE: 2/4 requests failed; the other 2 identical" in stdout
+
+
+def test_unreachable_candidate_exits_2_before_any_request(fakes, capsys):
+    base, dead = fakes(), free_port_url()
+    assert sc.main(["--baseline", base.url, "--candidate", dead]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"{dead}/health unreachable" in err
+    assert base.counts["POST", "/generate"] == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--baseline", "http://x:1"], "the following arguments are required: --candidate"),
+    (["--baseline", "x:1", "--candidate", "http://y:1"], "URL must look like http://HOST[:PORT]"),
+    (["--baseline", "http://x:1", "--candidate", "http://y:1", "--concurrency", "0"], "--concurrency 0"),
+])
+def test_bad_arguments(argv, message):
+    proc = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_first_difference():
+    assert sc.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert sc.first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert sc.first_difference([1, 2], [1, 2, 3]) == 2 and sc.first_difference("abc", "abd") == 2
