@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The H200 run of the roll-out tools (issue "Rolling DDTREE out safely"), one device call of <= 10 minutes:
+# two launch_server processes on the packaged tiny pair (DFLASH on fa3 when staged, else triton, on port 30000;
+# DDTREE on 30001), each awaited with `python -m sglang_ddtree wait-healthy`; then bench_serving over both
+# (c 1/4/16, 2 repetitions, plots) and shadow_compare (greedy identity, c 1 and 8); then wait-healthy against a
+# server made to fail at start (an unknown drafter architecture), which must exit 1 within seconds with the cause.
+#     bash scripts/device/rollout.sh
+# Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts). Results under $OUT:
+# serving.json + PNGs (serving_plots.tar.gz), shadow_c1.json, shadow_c8.json, rollout.log (with wait-healthy's
+# exit codes and times).
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/rollout_out}
+mkdir -p "$OUT/plots" "$OUT/logs"
+# shellcheck disable=SC1091
+source scripts/device/plugin_env.sh
+read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
+BACKEND=triton
+python3 -c "from sgl_kernel import flash_ops" 2>/dev/null && BACKEND=fa3
+COMMON="--model-path $TGT --dtype bfloat16 --mem-fraction-static 0.3 --context-length 2048 --max-total-tokens 65536 --cuda-graph-max-bs-decode 16 --log-level warning"
+python3 -m sglang.launch_server $COMMON --port 30000 --attention-backend "$BACKEND" \
+  --speculative-algorithm DFLASH --speculative-draft-model-path "$DRF" > "$OUT/logs/dflash.log" 2>&1 &
+P0=$!
+sleep 5
+python3 -m sglang.launch_server $COMMON --port 30001 --speculative-algorithm DDTREE \
+  --speculative-draft-model-path "$DRF" --speculative-ddtree-budget 63 > "$OUT/logs/ddtree.log" 2>&1 &
+P1=$!
+for spec in "30000 $P0 dflash" "30001 $P1 ddtree"; do
+  read -r port pid name <<< "$spec"
+  t0=$(date +%s)
+  python3 -m sglang_ddtree wait-healthy --url "http://127.0.0.1:$port" --pid "$pid" --log "$OUT/logs/$name.log" \
+    --timeout 300 --progress-every 30
+  echo "[rollout] wait-healthy $name rc=$? after $(( $(date +%s) - t0 )) s"
+done
+timeout 300 python3 benchmark/bench_serving.py --endpoint "dflash_$BACKEND=http://127.0.0.1:30000" \
+  --endpoint ddtree=http://127.0.0.1:30001 --concurrency 1,4,16 --max-new-tokens 128 --repeats 2 \
+  --out "$OUT/serving.json" --plot-dir "$OUT/plots"
+echo "[rollout] bench_serving rc=$?"
+for c in 1 8; do
+  timeout 120 python3 benchmark/shadow_compare.py --baseline http://127.0.0.1:30000 --candidate http://127.0.0.1:30001 \
+    --concurrency "$c" --max-new-tokens 64 --out "$OUT/shadow_c$c.json"
+  echo "[rollout] shadow_compare c=$c rc=$?"
+done
+kill "$P0" "$P1" 2>/dev/null
+wait 2>/dev/null
+# A server that dies at start: wait-healthy must say so within seconds (exit 1), with the cause.
+BAD=$(mktemp -d)
+cp -r "$DRF"/. "$BAD"/
+python3 - "$BAD/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["architectures"] = ["NoSuchDraftModel"]; c.pop("dflash_config", None)
+json.dump(c, open(sys.argv[1], "w"))
+PY
+python3 -m sglang.launch_server $COMMON --port 30002 --speculative-algorithm DFLASH \
+  --speculative-draft-model-path "$BAD" > "$OUT/logs/bad.log" 2>&1 &
+PB=$!
+t0=$(date +%s)
+python3 -m sglang_ddtree wait-healthy --url http://127.0.0.1:30002 --pid "$PB" --log "$OUT/logs/bad.log" --timeout 240
+echo "[rollout] wait-healthy on a failing server rc=$? after $(( $(date +%s) - t0 )) s (want 1)"
+kill "$PB" 2>/dev/null
+(cd "$OUT" && tar -czf serving_plots.tar.gz plots && tar -czf logs.tar.gz logs && rm -rf plots logs)
+ls -la "$OUT"
