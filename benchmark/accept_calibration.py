@@ -34,8 +34,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from sglang_ddtree.reference.dflash import DFlashDraftModel, draft_block_logits  # noqa: E402
-from sglang_ddtree.reference.loop import next_tokens, propose_tree, tree_verify_inputs  # noqa: E402
-from sglang_ddtree.reference.qwen3 import KVCache, Qwen3ForCausalLM  # noqa: E402
+from sglang_ddtree.reference.loop import next_tokens, prefill, propose_tree, tree_verify_inputs  # noqa: E402
+from sglang_ddtree.reference.qwen3 import Qwen3ForCausalLM  # noqa: E402
 from sglang_ddtree.tree.reference import accept_greedy_torch  # noqa: E402
 from sglang_ddtree.width_policy import bucket_budgets, expected_drafts_at  # noqa: E402
 
@@ -66,13 +66,8 @@ def calibrate(target, drafter, prompts, new_tokens: int, budgets, topk: int) -> 
     pairs = {b: [] for b in budgets}
     rounds = 0
     for prompt_ids in prompts:
-        cache, context = KVCache(target.config.num_hidden_layers), KVCache(drafter.config.num_hidden_layers)
-        prompt = torch.tensor([list(prompt_ids)])
-        positions = torch.arange(prompt.shape[1])[None]
-        out = target(prompt, positions, capture_layer_ids=layer_ids)
-        cache.append(out.kv)
-        context.append(drafter.context_kv(out.features, positions))
-        bonus, emitted = int(out.logits[0, -1].argmax()), 1
+        cache, context, bonus = prefill(target, drafter, prompt_ids)
+        emitted = 1
         while emitted < new_tokens:
             start = cache.length
             logits = draft_block_logits(target, drafter, torch.tensor([bonus]), start, context)[0]

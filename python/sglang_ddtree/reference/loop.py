@@ -77,6 +77,19 @@ def tree_verify_inputs(tree: Tree, start: int):
 
 
 @torch.no_grad()
+def prefill(target: Qwen3ForCausalLM, drafter: DFlashDraftModel, prompt_ids: Sequence[int], temperature: float = 0.0,
+            generator: Optional[torch.Generator] = None):
+    """The prompt's target KV and drafter context, and the first bonus token -> (cache, context, bonus)."""
+    cache, context = KVCache(target.config.num_hidden_layers), KVCache(drafter.config.num_hidden_layers)
+    prompt = torch.tensor([list(prompt_ids)])
+    positions = torch.arange(prompt.shape[1])[None]
+    out = target(prompt, positions, capture_layer_ids=drafter.config.target_layer_ids)
+    cache.append(out.kv)
+    context.append(drafter.context_kv(out.features, positions))
+    return cache, context, int(next_tokens(out.logits[0, -1:], temperature, generator)[0])
+
+
+@torch.no_grad()
 def speculative_generate(target: Qwen3ForCausalLM, drafter: DFlashDraftModel, prompt_ids: Sequence[int],
                          max_new_tokens: int, propose: Callable[[torch.Tensor, int], Tree],
                          temperature: float = 0.0, generator: Optional[torch.Generator] = None,
@@ -85,14 +98,7 @@ def speculative_generate(target: Qwen3ForCausalLM, drafter: DFlashDraftModel, pr
     each round's tree. Output tokens are exactly the target's greedy tokens at temperature 0 (exact
     target samples at T > 0), cut at ``max_new_tokens`` or after ``eos_token_id``."""
     layer_ids = drafter.config.target_layer_ids
-    cache, context = KVCache(target.config.num_hidden_layers), KVCache(drafter.config.num_hidden_layers)
-    # Prefill: target KV and drafter context of the prompt; the first bonus token.
-    prompt = torch.tensor([list(prompt_ids)])
-    positions = torch.arange(prompt.shape[1])[None]
-    out = target(prompt, positions, capture_layer_ids=layer_ids)
-    cache.append(out.kv)
-    context.append(drafter.context_kv(out.features, positions))
-    bonus = int(next_tokens(out.logits[0, -1:], temperature, generator)[0])
+    cache, context, bonus = prefill(target, drafter, prompt_ids, temperature, generator)
     gen = Generation([bonus])
     while len(gen.tokens) < max_new_tokens and bonus != eos_token_id:
         start = cache.length  # committed tokens; the bonus sits at position `start`
