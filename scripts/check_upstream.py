@@ -329,7 +329,7 @@ class SourceTree:
     def self_assigned(self, t: Target) -> frozenset:
         key = (t.module, t.node.lineno)
         if key not in self._assigned:
-            self._assigned[key] = _self_assigned(t.node)
+            self._assigned[key] = compat.self_assigned_in(t.node)
         return self._assigned[key]
 
     def has(self, owner: Target, name: str, kind: str) -> bool:
@@ -414,23 +414,6 @@ def _is_record(cls: ast.ClassDef) -> bool:
         if name.split(".")[-1] == "dataclass":
             return True
     return False
-
-
-def _self_assigned(cls: ast.ClassDef) -> frozenset:
-    """Names the class's code assigns on ``self`` (as compat._self_assigned does, from the AST)."""
-    names = set()
-    for node in ast.walk(cls):
-        targets = (node.targets if isinstance(node, ast.Assign)
-                   else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
-        for t in targets:
-            for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
-                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
-                    names.add(e.attr)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
-                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
-                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-            names.add(node.args[1].value)
-    return frozenset(names)
 
 
 # ---- checking the symbol list ---------------------------------------------------------------------

@@ -372,6 +372,12 @@ def _self_assigned(cls) -> frozenset:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError):
         return frozenset()
+    return self_assigned_in(tree)
+
+
+def self_assigned_in(tree: ast.AST) -> frozenset:
+    """Names code under ``tree`` (a class's AST) assigns on ``self``; also ``scripts/check_upstream.py``'s reading
+    of a release's source."""
     names = set()
     for node in ast.walk(tree):
         targets = (node.targets if isinstance(node, ast.Assign)
