@@ -4,7 +4,9 @@
 #                                               # on fa3, DDTREE budgets 16 / 64 on triton and fa3, paired, with
 #                                               # torch-profiler breakdowns (analyze_trace) at concurrency 1 and 32
 #     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
-#                                               # logits + end to end), sharp greedy parity, accept coverage
+#                                               # logits + end to end), sharp greedy parity, accept coverage,
+#                                               # everyday features, the trained pair (accept lengths; divergences
+#                                               # to analyse with benchmark/analyze_divergence.py)
 # Device tool: carry [".device", ".fa3/sha.txt"] after staging the fa3 parts (../shared/device/README.md).
 # Env: SHAPE_CONFIGS, SHAPE_BASELINES, SHAPE_CONCURRENCY, SHAPE_REPEATS override the shape run's lists;
 # SHAPE_PROFILE_C (e.g. 1,32) also records and analyses profiler traces at those concurrencies.
@@ -36,7 +38,9 @@ case "${1:-}" in
       "kernels=$PYT test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_draw_kernel_interp.py test/worker/test_kv_move_interp.py test/worker/test_topk_lse_interp.py test/worker/test_sampling_kernel_gpu.py" \
       "sampling=$PYT test/worker/test_sampling_gpu.py" \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b64,sharp:dd_triton_b15_nooverlap,sharp:dd_triton_b1,sharp:dd_triton_b64_nograph --deadline-s 300" \
-      "coverage=$PYT test/worker/test_accept_coverage_gpu.py"
+      "coverage=$PYT test/worker/test_accept_coverage_gpu.py" \
+      "features=$PYT test/worker/test_features_gpu.py" \
+      "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
     echo "usage: $0 shape|round" >&2
