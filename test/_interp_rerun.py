@@ -50,3 +50,23 @@ def make_rerun_test(test_file: str, child_env: str):
         assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
     return test_rerun_in_interpreter_subprocess
+
+
+def kernel_test_mode(test_file: str, child_env: str, module_globals: dict):
+    """The set-up of a kernel test module that runs natively on CUDA (marked ``gpu``) and on CPU under the
+    interpreter in a child process: returns (run_here, cuda, device). When not ``run_here`` it puts the re-run
+    test into ``module_globals``; on CUDA it marks the module ``gpu``. Use as
+
+        _RUN_HERE, _CUDA, DEV = kernel_test_mode(__file__, "SGLANG_DDTREE_..._CHILD", globals())
+        if _RUN_HERE:
+            ...  # the real tests
+    """
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not interpreter_active():
+        module_globals["test_rerun_in_interpreter_subprocess"] = make_rerun_test(test_file, child_env)
+        return False, cuda, None
+    if cuda:
+        module_globals["pytestmark"] = pytest.mark.gpu
+    return True, cuda, "cuda" if cuda else "cpu"

@@ -10,17 +10,10 @@ import dataclasses
 import pytest
 import torch
 
-from _interp_rerun import interpreter_active, make_rerun_test
+from _interp_rerun import kernel_test_mode
 
-_CHILD_ENV = "SGLANG_DDTREE_TEST_COMMIT_INTERP_CHILD"
-_CUDA = torch.cuda.is_available()
-if not _CUDA and not interpreter_active():
-    test_rerun_in_interpreter_subprocess = make_rerun_test(__file__, _CHILD_ENV)
-
-else:
-    if _CUDA:
-        pytestmark = pytest.mark.gpu
-    DEV = "cuda" if _CUDA else "cpu"
+_RUN_HERE, _CUDA, DEV = kernel_test_mode(__file__, "SGLANG_DDTREE_TEST_COMMIT_INTERP_CHILD", globals())
+if _RUN_HERE:
     from sglang_ddtree.tree import build_tree
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.tree_api import fill_root

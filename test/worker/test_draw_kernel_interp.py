@@ -13,20 +13,13 @@ import sys
 import pytest
 import torch
 
-from _interp_rerun import interpreter_active, make_rerun_test
+from _interp_rerun import kernel_test_mode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _sampling_stats as st  # noqa: E402
 
-_CHILD_ENV = "SGLANG_DDTREE_TEST_DRAW_INTERP_CHILD"
-_CUDA = torch.cuda.is_available()
-if not _CUDA and not interpreter_active():
-    test_rerun_in_interpreter_subprocess = make_rerun_test(__file__, _CHILD_ENV)
-
-else:
-    if _CUDA:
-        pytestmark = pytest.mark.gpu
-    DEV = "cuda" if _CUDA else "cpu"
+_RUN_HERE, _CUDA, DEV = kernel_test_mode(__file__, "SGLANG_DDTREE_TEST_DRAW_INTERP_CHILD", globals())
+if _RUN_HERE:
     from sglang_ddtree.worker import sampling
 
     P_MIN = 1e-4

@@ -7,17 +7,10 @@ subprocess, like the other kernel tests). Ties (bf16 logits repeat values) go to
 import pytest
 import torch
 
-from _interp_rerun import interpreter_active, make_rerun_test
+from _interp_rerun import kernel_test_mode
 
-_CHILD_ENV = "SGLANG_DDTREE_TEST_TOPK_LSE_INTERP_CHILD"
-_CUDA = torch.cuda.is_available()
-if not _CUDA and not interpreter_active():
-    test_rerun_in_interpreter_subprocess = make_rerun_test(__file__, _CHILD_ENV)
-
-else:
-    if _CUDA:
-        pytestmark = pytest.mark.gpu
-    DEV = "cuda" if _CUDA else "cpu"
+_RUN_HERE, _CUDA, DEV = kernel_test_mode(__file__, "SGLANG_DDTREE_TEST_TOPK_LSE_INTERP_CHILD", globals())
+if _RUN_HERE:
     from sglang_ddtree.worker.draft_head import topk_lse
 
     CASES = ([(5, 151936, 8, 4096), (40, 5000, 4, 4096), (3, 4096, 1, 4096)] if _CUDA else
