@@ -51,6 +51,7 @@ EAGER_LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaMemcpy", "cudaMemset", "cuMemcp
 HOST_SYNCS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
               "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"}
 OUTSIDE_PHASES, OUTSIDE_ROUNDS = "(outside phases)", "(outside rounds)"
+TOP_KERNELS = 15  # GPU op names listed per phase
 _ADDRESS = re.compile(r" of \S+ object at 0x[0-9a-fA-F]+| at 0x[0-9a-fA-F]+")
 
 
@@ -235,6 +236,7 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
     runtime = [e for e in events if e.get("cat") in RUNTIME_CATS and e.get("ph") == "X"]
     where = {id(r): place(r.get("pid"), r.get("tid"), r["ts"]) for r in runtime}
     launched = defaultdict(list)
+    kernels = defaultdict(Counter)  # phase -> GPU op name -> summed duration (graph-replayed ops included)
     unlinked = 0
     for g, r in _launchers(events, runtime):
         if r is None:
@@ -244,6 +246,7 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
         if where[id(r)] is not None:
             sums[where[id(r)]]["gpu"] += g.get("dur", 0.0)
             sums[where[id(r)]]["ops"] += 1
+            kernels[where[id(r)]][g.get("name", "?")[:120]] += g.get("dur", 0.0)
             if _launch_kind(r["name"]) == "graph":
                 sums[where[id(r)]]["graph_gpu"] += g.get("dur", 0.0)
     syncs = Counter()
@@ -273,6 +276,10 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
     outside_rounds = sums.pop(OUTSIDE_ROUNDS)
     outside_phases = sums.pop(OUTSIDE_PHASES)
     phases = {k: out(s) for k, s in sums.items()}
+    for k, row_ in phases.items():
+        if kernels.get(k):  # the GPU ops that take the phase's time, largest first (TOP_KERNELS of them)
+            row_["top_kernels_us_per_round"] = {name: round(us / n, 1)
+                                               for name, us in kernels[k].most_common(TOP_KERNELS)}
     phases[OUTSIDE_PHASES] = out(outside_phases, calls=False)
     in_rounds = list(sums.values()) + [outside_phases]
     return {

@@ -163,6 +163,9 @@ def test_phase_gpu_times_launches_and_cpu_times_are_recovered_exactly():
     # the graph's four ops (attn 100 + mlp 50 + lm_head 50 + memcpy32_post 2), not the eager draft kernels
     assert rep["graph_gpu_us_per_round"] == 202 and rep["phases"]["_verify"]["graph_gpu_us_per_round"] == 202
     assert rep["phases"]["_draft"]["graph_gpu_us_per_round"] == 0
+    # which GPU ops take a phase's time, graph-replayed ones included, largest first
+    top = rep["phases"]["_verify"]["top_kernels_us_per_round"]
+    assert list(top.items())[:3] == [("attn", 100), ("mlp", 50), ("lm_head", 50)] and top["memcpy32_post"] == 2
     assert rep["gpu_ops_unlinked"] == 0
     # the existing keys keep their meaning
     assert rep["gpu_busy_us_per_round"] == (N * (BUSY - 5) + (N - 1) * 5) / N
