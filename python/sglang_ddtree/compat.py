@@ -68,6 +68,8 @@ _SPEC_ALGO = "sglang.srt.speculative.spec_info.SpeculativeAlgorithm"
 _FORWARD_INFO = "sglang.srt.model_executor.forward_batch_info"
 _GROUP = "sglang.srt.distributed.parallel_state.GroupCoordinator"
 _VOCAB = "sglang.srt.layers.vocab_parallel_embedding"
+_FA3 = "sglang.srt.layers.attention.flashattention_backend.FlashAttentionBackend"
+_FA3_METADATA = "sglang.srt.layers.attention.flashattention_backend.FlashAttentionMetadata"
 
 UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     # ---- sglang.srt.plugins: entry point and hooks ----------------------------------------------------
@@ -140,7 +142,7 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol("sglang.srt.arg_groups.speculative_hook._handle_dflash", "drafter block size / draft backend"),
     Symbol("sglang.srt.arg_groups.overrides.resolved_view", "reading resolved attention backends / dp attention"),
     Symbol("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
-    Symbol("sglang.srt.runtime_context.get_server_args", "per-request checks, KV reserve, tree-sampling thresholds"),
+    Symbol("sglang.srt.runtime_context.get_server_args", "per-request checks, KV reserve, tree-sampling thresholds, fa3_tree (is this a DDTREE server)"),
     # ---- sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2: base of DDTreeWorker -------------------
     Symbol(_WORKER, "base class of the DDTREE worker"),
     _params(f"{_WORKER}.__init__", "server_args, gpu_id, ps, nccl_port, target_worker",
@@ -286,6 +288,34 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          model_runner="hooks: which runner", captured_req_width="hooks: tokens per request",
          buffers="hooks: the mask buffer"),
     *_on("sglang.srt.model_executor.runner_utils.buffers.DecodeInputBuffers", FIELD, custom_mask="tree mask buffer"),
+    # ---- fa3's tree verify through the fused tree-attention kernel (worker.fa3_tree) ---------------------
+    Symbol(_FA3, "fa3_tree: is this backend fa3 (hook targets: worker.hooks.FA3_HOOK_TARGETS)"),
+    Symbol(f"{_FA3}.forward_extend", "fa3_tree hook: the tree verify's attention"),
+    Symbol(f"{_FA3}.init_cuda_graph_state", "fa3_tree hook: the static ancestor-bit buffer"),
+    *_on(_FA3, INSTANCE,
+         topk="fa3_tree: cascade (topk > 1) backends only", speculative_num_draft_tokens="fa3_tree: N",
+         device="fa3_tree: bit buffer", fa_impl_ver="fa3_tree: FA3 only; passed to the prefix call",
+         use_mla="fa3_tree: MHA only", fa_skip_kv_cache="fa3_tree: KV cache layers only",
+         kv_cache_dtype_str="fa3_tree: model-dtype KV cache only", kv_cache_is_mxfp8="fa3_tree: no mxfp8",
+         has_local_attention="fa3_tree: no chunked-local attention", attn_cp_size="fa3_tree: no context parallel",
+         use_sliding_window_kv_pool="fa3_tree: no SWA pool", forward_metadata="fa3_tree: the prefix call",
+         token_to_kv_pool="fa3_tree: KV write and read", page_size="fa3_tree: KV cache view",
+         flash_attn_with_kvcache="fa3_tree: the prefix call", num_splits="fa3_tree: the prefix call"),
+    *_on(_FA3_METADATA, FIELD,
+         page_table="fa3_tree: prefix call", cache_seqlens_int32="fa3_tree: prefix lengths",
+         cu_seqlens_q="fa3_tree: prefix call", cu_seqlens_k="fa3_tree: prefix call",
+         max_seq_len_q="fa3_tree: prefix call", swa_out_cache_loc="fa3_tree: KV write location"),
+    *_on("sglang.srt.layers.radix_attention.RadixAttention", INSTANCE,
+         layer_id="fa3_tree: KV buffer", tp_q_head_num="fa3_tree: heads", tp_k_head_num="fa3_tree: heads",
+         tp_v_head_num="fa3_tree: heads", head_dim="fa3_tree: head dim", v_head_dim="fa3_tree: head dim",
+         scaling="fa3_tree: softmax scale", logit_cap="fa3_tree: no softcap",
+         sliding_window_size="fa3_tree: no sliding window", is_cross_attention="fa3_tree: self-attention only",
+         attn_type="fa3_tree: decoder only", k_scale="fa3_tree: KV write", v_scale="fa3_tree: KV write"),
+    Symbol("sglang.srt.layers.radix_attention.AttentionType", "fa3_tree: decoder layers only"),
+    *_on("sglang.srt.layers.radix_attention.AttentionType", MEMBER, DECODER="fa3_tree: decoder layers only"),
+    Symbol("sglang.srt.mem_cache.memory_pool.KVWriteLoc", "fa3_tree: the KV write, as upstream's"),
+    *_on("sglang.srt.layers.attention.hybrid_attn_backend.HybridAttnBackend", INSTANCE,
+         decode_backend="fa3_tree: an fa3 decode backend inside", prefill_backend="fa3_tree: an fa3 prefill backend inside"),
     Symbol("sglang.srt.configs.hybrid_arch.mambaish_config", "refusing hybrid targets (worker)"),
     # ---- sglang.srt.distributed / layers: tensor parallelism and the LM head --------------------------
     Symbol("sglang.srt.distributed.get_tp_group", "vocab-parallel top-K head, TP broadcast of the acceptance"),
@@ -438,9 +468,23 @@ def check_symbol(sym: Symbol) -> None:
 OWN_CHECK_PACKAGES = {"sgl_kernel": "sgl_kernel is not installed (a CUDA-only wheel; see the sgl-kernel check)"}
 
 
+# Upstream modules that import such a package at import time (their symbols share its fate).
+MODULES_NEEDING = {"sglang.srt.layers.attention.flashattention_backend": "sgl_kernel"}
+
+
+def needed_package(sym: Symbol) -> str:
+    """The top-level package ``sym`` needs to resolve: its own, or the one its module imports
+    (``MODULES_NEEDING``)."""
+    for module, package in MODULES_NEEDING.items():
+        if sym.path.startswith(module + "."):
+            return package
+    return sym.path.split(".")[0]
+
+
 def _absent_package(sym: Symbol) -> str:
-    """Why ``sym`` is not checked here ('' when it is): its package has its own check and is absent."""
-    top = sym.path.split(".")[0]
+    """Why ``sym`` is not checked here ('' when it is): the package it needs (``needed_package``) has its own
+    check and is absent."""
+    top = needed_package(sym)
     if top in OWN_CHECK_PACKAGES and importlib.util.find_spec(top) is None:
         return OWN_CHECK_PACKAGES[top]
     return ""

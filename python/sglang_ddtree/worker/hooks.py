@@ -12,6 +12,9 @@
 - Observability (``metrics``): the scheduler's decode-result and decode-log functions and the
   tokenizer's per-request spec metrics, for DDTREE's accept rate and accept-length histogram.
 - ``dflash_utils.validate_dflash_request``: DDTREE's per-request refusals (``request_checks``).
+- ``FlashAttentionBackend.forward_extend`` / ``init_cuda_graph_state``: fa3's tree verify through DDTREE's
+  fused tree-attention kernel (``fa3_tree``); registered only when ``SGLANG_DDTREE_FA3_TREE_ATTENTION=1``
+  and sgl_kernel's FA3 library is installed, so other servers never import the fa3 backend for it.
 ``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
 """
 
@@ -94,6 +97,34 @@ HOOK_TARGETS = {
 }
 
 
+def fa3_forward_extend(original, backend, *args, **kwargs):
+    from sglang_ddtree.worker import fa3_tree
+
+    return fa3_tree.forward_extend(original, backend, *args, **kwargs)
+
+
+def fa3_init_cuda_graph_state(original, backend, *args, **kwargs):
+    from sglang_ddtree.worker import fa3_tree
+
+    return fa3_tree.init_cuda_graph_state(original, backend, *args, **kwargs)
+
+
+_FA3 = "sglang.srt.layers.attention.flashattention_backend.FlashAttentionBackend"
+# Registered on demand (see the module docstring and fa3_hook_targets).
+FA3_HOOK_TARGETS = {
+    f"{_FA3}.forward_extend": fa3_forward_extend,
+    f"{_FA3}.init_cuda_graph_state": fa3_init_cuda_graph_state,
+}
+
+
+def fa3_hook_targets() -> dict:
+    """FA3_HOOK_TARGETS when fa3's fused tree attention is switched on and fa3 can run here, else {}."""
+    from sglang_ddtree.backends import fa3_library_installed
+    from sglang_ddtree.worker import fa3_tree  # imports neither torch nor SGLang at module level
+
+    return dict(FA3_HOOK_TARGETS) if fa3_tree.enabled() and fa3_library_installed() else {}
+
+
 def install_hooks() -> None:
     """Register the hooks above with SGLang's HookRegistry (idempotent, imports nothing heavy)."""
     global _installed
@@ -101,6 +132,6 @@ def install_hooks() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    for target, hook in HOOK_TARGETS.items():
+    for target, hook in {**HOOK_TARGETS, **fa3_hook_targets()}.items():
         HookRegistry.register(target, hook, HookType.AROUND)
     _installed = True

@@ -110,6 +110,7 @@ class DDTreeVerifyInput(DFlashVerifyInput):
     retrieve_next_sibling: Optional[torch.Tensor] = None  # [bs, N] int64, next sibling, -1 none
     max_depth: int = 0  # D = DDTreeConfig.max_depth: deepest possible node
     draft_probs: Optional[torch.Tensor] = None  # read by upstream's verify paths; T > 0 draws need none
+    tree_bits: Optional[torch.Tensor] = None  # [bs*N, NW] int32 ancestor bits: fa3's fused tree attention (fa3_tree)
     grammar: Optional[object] = None  # grammar-constrained decoding is rejected per request
 
     @property

@@ -36,7 +36,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
-from sglang_ddtree.worker import sampling
+from sglang_ddtree.worker import fa3_tree, sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit
 from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
@@ -69,6 +69,7 @@ class DDTreeWorker(DFlashWorkerV2):
             raise ValueError(f"--speculative-algorithm DDTREE needs a floating-point target LM head: {reason}.")
         self._warned_host_sync = False
         self._move_kv = None  # AcceptedKVMover, made at the first round (the target's pool exists by then)
+        self._fa3_tree_bits = None  # whether rounds write ancestor bits for fa3's fused tree attention (first round)
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -138,10 +139,14 @@ class DDTreeWorker(DFlashWorkerV2):
         # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
         # [bs*N] int64, retrieve links [bs, N] int64.
         mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound)
+        if self._fa3_tree_bits is None:
+            self._fa3_tree_bits = self._decide_fa3_tree_bits()
+        tree_bits = fa3_tree.round_tree_bits(tree, cfg) if self._fa3_tree_bits else None
         verify_input = DDTreeVerifyInput(
             draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=cfg.topk,
             custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
             retrieve_next_token=r_next, retrieve_next_sibling=r_sibling, max_depth=cfg.max_depth,
+            tree_bits=tree_bits,
         )
         logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
                                                                     verify_cpu, verify_sum)
@@ -180,6 +185,14 @@ class DDTreeWorker(DFlashWorkerV2):
             new_seq_lens=new_seq_lens,
             extra_keep_alive_refs=[verify_fb, verify_input, verify_loc],
         )
+
+    def _decide_fa3_tree_bits(self) -> bool:
+        """Rounds write ancestor bits when verify graphs captured fa3's fused tree attention (they read the
+        static buffer) or an eager fa3 verify may take it (``fa3_tree``)."""
+        on = bool(fa3_tree.static_bit_buffers()) or fa3_tree.target_uses_fa3(self.target_worker.model_runner)
+        if on and self.ps.tp_rank == 0:
+            logger.info("DDTREE on fa3: tree verify through the fused tree-attention kernel (%s=1).", fa3_tree.ENV)
+        return on
 
     def _draft(self, batch, draft_input, bs: int, host: "_HostLens"):
         """One DFlash forward over [bonus, mask x (L-1)] -> ([bs, L-1, K] log-probs, [bs, L-1, K] ids)."""

@@ -1,0 +1,191 @@
+"""DDTREE's tree verify on SGLang's fa3 backend without the per-row expand call (VERIFY step).
+
+Upstream's fa3 backend runs a topk > 1 target verify as cascade attention, per layer: (1) one FlashAttention
+call over each request's committed prefix for all its N tree rows (non-causal, returns the softmax LSE),
+(2) a second call in which every tree row is its own length-1 sequence over the tree columns its FULL_MASK
+row keeps (page table and lengths rebuilt per round by ~20 eager ops), (3) a merge. At the Qwen3-8B shape on
+the H200, batch 32, budget 15 (512 rows), the FlashAttention kernels took 3.90 ms of a 16.66 ms verify graph
+against 0.55 ms for DFLASH's causal verify of the same 512 tokens
+(``benchmark/results/shape_8b_kernels_h200_session7.json``). Here (2) + (3) are one Triton launch
+(``worker.tree_attention.tree_attention_merge``): the tree part is at most N keys per request, read from
+the layer's own k / v, with each row's ancestor set as bit words (``ancestor_bits``), merged into (1)'s
+output through its LSE. (1) stays upstream's kernel with upstream's metadata.
+
+Switch: ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` = 1 (this path) | 0 (upstream's cascade); unset = 0 until the
+GPU checks of this path (node-by-node verify logits, sharp parity, T > 0, features on fa3) have passed on
+the H200. The path applies to a layer only when nothing it does not handle is in play (``_fast_layer``);
+anything else runs upstream's ``forward_extend`` unchanged.
+
+CUDA graphs: the verify graphs are captured with a dummy spec input that has no bits; the kernel then reads
+the backend's static bit buffer (``STATIC_BITS``, allocated with the backend's other graph buffers in
+``init_cuda_graph_state``), which the worker fills every round before the verify forward
+(``round_tree_bits``), on the same stream. Eager rounds read the same buffer (or a per-round tensor when
+no graph state exists).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Optional
+
+from sglang_ddtree.config import DDTreeConfig, is_validated_ddtree_args
+
+if TYPE_CHECKING:
+    import torch
+
+
+ENV = "SGLANG_DDTREE_FA3_TREE_ATTENTION"
+STATIC_BITS = "_ddtree_tree_bits"  # attribute of the target's FlashAttentionBackend: [max tokens, NW] int32
+
+
+def enabled() -> bool:
+    """The switch (module docstring); a value other than 0 / 1 is an error naming the variable."""
+    value = os.environ.get(ENV, "").strip()
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise ValueError(f"{ENV}={value!r}: use 1 (DDTREE's fused tree attention on fa3) or 0 (upstream's cascade).")
+
+
+def _is_fa3_backend(backend) -> bool:
+    from sglang.srt.layers.attention.flashattention_backend import FlashAttentionBackend
+
+    return isinstance(backend, FlashAttentionBackend)
+
+
+def backend_serves_ddtree(backend) -> bool:
+    """A target-side fa3 backend of a DDTREE server that would run upstream's cascade (topk > 1) and may
+    take this path instead; the drafter's backend (topk 1 in its view of the server args) never does."""
+    from sglang.srt.runtime_context import get_server_args
+
+    return (enabled() and _is_fa3_backend(backend) and int(getattr(backend, "topk", 0) or 0) > 1
+            and is_validated_ddtree_args(get_server_args()))
+
+
+def words_per_row(num_rows: int) -> int:
+    """NW: 32-bit words of one row's ancestor bits (N = num_rows columns)."""
+    return -(-int(num_rows) // 32)
+
+
+# Static bit buffers of this process's target fa3 backends (one per backend that captured verify graphs).
+_STATIC_BACKENDS: list = []
+
+
+def static_bit_buffers() -> list:
+    return [getattr(b, STATIC_BITS) for b in _STATIC_BACKENDS]
+
+
+# ---- hooks (AROUND) ---------------------------------------------------------------------------------
+def init_cuda_graph_state(original, backend, max_bs: int, max_num_tokens: int, *args, **kwargs):
+    """Upstream's graph buffers, plus the static ancestor-bit buffer the captured tree kernel reads."""
+    import torch
+
+    out = original(backend, max_bs, max_num_tokens, *args, **kwargs)
+    if backend_serves_ddtree(backend):
+        n = int(backend.speculative_num_draft_tokens)
+        setattr(backend, STATIC_BITS, torch.zeros((int(max_num_tokens), words_per_row(n)), dtype=torch.int32,
+                                                  device=backend.device))
+        if backend not in _STATIC_BACKENDS:
+            _STATIC_BACKENDS.append(backend)
+    return out
+
+
+def forward_extend(original, backend, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
+    bits = _round_bits(backend, k, layer, forward_batch, save_kv_cache, args, kwargs)
+    if bits is None:
+        return original(backend, q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)
+    return _tree_verify_attention(backend, q, k, v, layer, forward_batch, bits)
+
+
+def _round_bits(backend, k, layer, forward_batch, save_kv_cache, args, kwargs) -> Optional[torch.Tensor]:
+    """The ancestor bits this forward's fused tree attention reads, or None: upstream's path."""
+    import torch
+
+    from sglang_ddtree.worker.info import DDTreeVerifyInput
+
+    spec = forward_batch.spec_info
+    if not (forward_batch.forward_mode.is_target_verify() and isinstance(spec, DDTreeVerifyInput) and enabled()):
+        return None
+    # Extra arguments (MLA ropes, sinks, descales, score_mod, rel_bias) are never passed by a plain MHA layer.
+    if args or any(v is not None for v in kwargs.values()):
+        return None
+    if k is None or not save_kv_cache or not _fast_layer(backend, layer):
+        return None
+    if spec.tree_bits is not None:
+        return spec.tree_bits
+    # Only a CUDA-graph capture (the dummy input) has no bits: its graphs read the static buffer, which the
+    # worker fills every round. An eager round without bits keeps upstream's path.
+    static = getattr(backend, STATIC_BITS, None)
+    if static is not None and torch.cuda.is_current_stream_capturing():
+        return static
+    return None
+
+
+def _fast_layer(backend, layer) -> bool:
+    """What this path reproduces of upstream's cascade branch: FA3, MHA with a KV cache of the model's dtype,
+    full attention (no sliding window, chunked-local or context parallel), no softcap, decoder self-attention;
+    and what the tree kernel takes: one head dim for q, k and v, a power of two in [16, 256]."""
+    from sglang.srt.layers.radix_attention import AttentionType
+
+    swa = layer.sliding_window_size is not None and layer.sliding_window_size > -1
+    return (int(backend.fa_impl_ver) == 3 and int(backend.topk) > 1 and not backend.use_mla
+            and not backend.fa_skip_kv_cache and backend.kv_cache_dtype_str == "auto"
+            and not backend.kv_cache_is_mxfp8 and not backend.has_local_attention
+            and not backend.use_sliding_window_kv_pool and int(backend.attn_cp_size) == 1
+            and not swa and not layer.is_cross_attention and layer.attn_type == AttentionType.DECODER
+            and not layer.logit_cap and layer.v_head_dim == layer.head_dim
+            and layer.head_dim in (16, 32, 64, 128, 256))
+
+
+def _tree_verify_attention(backend, q, k, v, layer, forward_batch, bits):
+    """Upstream's step (1) as upstream calls it, then the tree part fused with the merge (module docstring)."""
+    from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+    from sglang_ddtree.worker.tree_attention import tree_attention_merge
+
+    metadata = backend.forward_metadata
+    hq, hkv, hv = layer.tp_q_head_num, layer.tp_k_head_num, layer.tp_v_head_num
+    d, dv = layer.head_dim, layer.v_head_dim
+    backend.token_to_kv_pool.set_kv_buffer(
+        layer, KVWriteLoc(forward_batch.out_cache_loc, metadata.swa_out_cache_loc), k, v, layer.k_scale,
+        layer.v_scale,
+    )
+    key_cache, value_cache = backend.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+    key_cache = key_cache.view(-1, backend.page_size, hkv, d)
+    value_cache = value_cache.view(-1, backend.page_size, hv, dv)
+    q3 = q.contiguous().view(-1, hq, d)
+    o, lse, *_ = backend.flash_attn_with_kvcache(
+        q=q3, k_cache=key_cache, v_cache=value_cache, page_table=metadata.page_table,
+        cache_seqlens=metadata.cache_seqlens_int32, cu_seqlens_q=metadata.cu_seqlens_q,
+        cu_seqlens_k_new=metadata.cu_seqlens_k, max_seqlen_q=metadata.max_seq_len_q,
+        softmax_scale=layer.scaling, causal=False, window_size=(-1, -1), softcap=layer.logit_cap,
+        return_softmax_lse=True, num_splits=backend.num_splits, ver=backend.fa_impl_ver,
+    )
+    rows = q3.shape[0]
+    tree_attention_merge(
+        q3, k.reshape(rows, hkv, d), v.reshape(rows, hv, dv), bits[:rows], o, lse,
+        num_rows=int(forward_batch.spec_info.draft_token_num), sm_scale=layer.scaling, out=o,
+    )
+    return o.view(-1, hq * dv)
+
+
+# ---- the worker's side --------------------------------------------------------------------------------
+def target_uses_fa3(model_runner) -> bool:
+    """Whether the target's verify may run on an fa3 backend (plain, or inside a hybrid prefill / decode one)."""
+    backend = model_runner.attn_backend
+    candidates = (backend, getattr(backend, "decode_backend", None), getattr(backend, "prefill_backend", None))
+    return any(b is not None and backend_serves_ddtree(b) for b in candidates)
+
+
+def round_tree_bits(tree, config: DDTreeConfig) -> torch.Tensor:
+    """This round's ancestor bits [bs*N, NW] int32 for the fused path, written into every static buffer
+    (the captured graphs read them), or a fresh tensor when no graph state exists."""
+    from sglang_ddtree.worker.tree_attention import ancestor_bits
+
+    rows = tree.batch_size * tree.num_rows
+    statics = [s for s in static_bit_buffers() if s.shape[0] >= rows]
+    bits = ancestor_bits(tree.parents, config.max_depth, out=statics[0][:rows] if statics else None)
+    for s in statics[1:]:
+        s[:rows].copy_(bits)
+    return bits
