@@ -18,6 +18,7 @@ them with ``benchmark/analyze_trace.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -84,7 +85,7 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
     """``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, each optionally suffixed ``+nograph``
     (CUDA graphs off), ``+nooverlap`` (``--disable-overlap-schedule``) and / or an attention backend
     (``+fa3``, ``+triton``, ``+flashinfer``: this configuration's backend instead of ``backend``), e.g.
-    ``dflash+fa3``."""
+    ``dflash+fa3``; environment modifiers (``ENV_MODIFIERS``, e.g. ``+fa3tree``) go to ``engine_env``."""
     spec, *mods = spec.split("+")
     kw = dict(attention_backend=backend)
     for mod in mods:
@@ -92,8 +93,9 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
             kw["attention_backend"] = mod
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
-        else:
-            raise ValueError(f"unknown config modifier {mod!r}: use one of {sorted(_MODIFIERS) + list(ATTENTION_BACKENDS)}")
+        elif mod not in ENV_MODIFIERS:
+            raise ValueError(f"unknown config modifier {mod!r}: use one of "
+                             f"{sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + list(ATTENTION_BACKENDS)}")
     if spec == "plain":
         return kw
     if spec == "dflash":
@@ -107,6 +109,35 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
 
 
 _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True)}
+# Config modifiers that set environment variables of the engine's processes (``engine_env``).
+ENV_MODIFIERS = {
+    "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
+    "fa3cascade": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "0"},  # fa3: upstream's cascade tree verify
+}
+
+
+def engine_env(spec: str) -> dict:
+    """The environment variables a config's modifiers set, e.g. ``ddtree:15:8+fa3+fa3tree``."""
+    env = {}
+    for mod in spec.split("+")[1:]:
+        env.update(ENV_MODIFIERS.get(mod, {}))
+    return env
+
+
+@contextlib.contextmanager
+def engine_environment(spec: str):
+    """os.environ with ``engine_env(spec)`` while an in-process Engine starts (its processes inherit it)."""
+    env = engine_env(spec)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 ATTENTION_BACKENDS = ("fa3", "triton", "flashinfer")
 
 
@@ -130,7 +161,8 @@ def run_config(spec, target, draft, prompts, args) -> dict:
     import sglang
 
     t0 = time.time()
-    engine = sglang.Engine(model_path=target, **{**COMMON, **engine_kwargs(spec, draft, args.attention_backend)})
+    with engine_environment(spec):
+        engine = sglang.Engine(model_path=target, **{**COMMON, **engine_kwargs(spec, draft, args.attention_backend)})
     rec = {"config": spec, "start_s": round(time.time() - t0, 1), "by_bs": {}}
     params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
     try:

@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import COMMON, PROMPTS, decode_in_batches, engine_kwargs, environment  # noqa: E402
+from bench_e2e import COMMON, PROMPTS, decode_in_batches, engine_env, engine_kwargs, environment  # noqa: E402
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -80,7 +80,7 @@ class _Child:
         self.spec = spec
         self.log = open(os.path.join(log_dir, f"engine_{index}.log"), "w")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1, env={**os.environ, **engine_env(spec)})
 
     def read(self, timeout_s: float) -> dict:
         deadline = time.time() + timeout_s

@@ -19,7 +19,8 @@ concurrency, embeds ``analyze_trace.analyze`` of it and reports the round's time
         [--accept-table FILE.json] [--profile-dir D --profile-concurrency 1,32]
     python benchmark/bench_shape.py --plot shape.json --plot-dir plots/
 Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, ``+fa3`` /
-``+triton`` / ``+flashinfer`` / ``+nograph`` / ``+nooverlap``).
+``+triton`` / ``+flashinfer`` / ``+nograph`` / ``+nooverlap``; ``+fa3tree`` / ``+fa3cascade``: fa3's tree verify
+through DDTREE's fused kernel or upstream's cascade, ``worker.fa3_tree``).
 
 Shapes. Qwen3-8B: 36 layers, hidden 4096, intermediate 12288, 32 / 8 heads, head_dim 128, vocab 151936,
 rope_theta 1e6, untied embeddings; Qwen3-4B: hidden 2560, intermediate 9728, tied embeddings, else the
@@ -69,7 +70,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment  # noqa: E402
+from bench_e2e import ATTENTION_BACKENDS, engine_env, engine_kwargs, environment  # noqa: E402
 
 _TAG = "@@BENCH_SHAPE "
 CONTEXT_LENGTH = 1024
@@ -285,7 +286,8 @@ class _Child:
         self.spec = spec
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
+                                     env={**os.environ, **engine_env(spec)})
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.proc.stdin.write(json.dumps(setup) + "\n")

@@ -29,6 +29,24 @@ def test_config_specs():
             bench_e2e.engine_kwargs(bad, "D", "triton")
 
 
+def test_environment_modifiers(monkeypatch):
+    """+fa3tree / +fa3cascade set the engine processes' switch of fa3's fused tree attention, nothing else."""
+    var = "SGLANG_DDTREE_FA3_TREE_ATTENTION"
+    assert bench_e2e.engine_kwargs("ddtree:15:8+fa3+fa3tree", "D", "triton") == bench_e2e.engine_kwargs(
+        "ddtree:15:8+fa3", "D", "triton")
+    assert bench_e2e.engine_env("ddtree:15:8+fa3+fa3tree") == {var: "1"}
+    assert bench_e2e.engine_env("ddtree:15:8+fa3cascade+fa3") == {var: "0"}
+    assert bench_e2e.engine_env("dflash+fa3") == {}
+    monkeypatch.setenv(var, "0")
+    with bench_e2e.engine_environment("ddtree:15:8+fa3tree"):
+        assert os.environ[var] == "1"
+    assert os.environ[var] == "0"
+    monkeypatch.delenv(var)
+    with bench_e2e.engine_environment("ddtree:15:8+fa3tree"):
+        assert os.environ[var] == "1"
+    assert var not in os.environ
+
+
 def test_summary_counts_outputs_equal_to_plain(capsys):
     def rec(config, outs):
         return {"config": config, "by_bs": {"1": {"outputs": outs, "tokens_per_s": 1.0, "mean_accept_length": None}}}
