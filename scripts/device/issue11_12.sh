@@ -5,6 +5,11 @@
 #     bash scripts/device/issue11_12.sh features   # fa3: trained-pair matrix, T > 0, everyday features;
 #                                                  # accept coverage (test plugin), observability, sampling kernel
 #     bash scripts/device/issue11_12.sh paired     # bench_tree, then the paired benchmark (GPU otherwise idle)
+#     bash scripts/device/issue11_12.sh tree       # fa3 with DDTREE's fused tree attention switched on
+#                                                  # (SGLANG_DDTREE_FA3_TREE_ATTENTION=1, worker/fa3_tree.py): the
+#                                                  # kernels natively, verify logits, sharp parity, T > 0, features;
+#                                                  # then its speed: SHAPE_CONFIGS=dflash+fa3,ddtree:15:8+fa3+fa3cascade,
+#                                                  # ddtree:15:8+fa3+fa3tree bash scripts/device/issue14.sh shape
 # Device tool: carry [".device", ".fa3/sha.txt"] after staging the fa3 parts (../shared/device/README.md).
 # Results: $OUT/parallel.json + logs.tar.gz (scripts/device/parallel.sh), or the benchmark JSONs.
 set -u
@@ -46,8 +51,17 @@ case "${1:-}" in
       --num-prompts 16 --max-new-tokens 64 --out "$OUT/paired_fa3.json" 2>&1 | tail -n 60
     ls -la "$OUT"
     ;;
+  tree)
+    export SGLANG_DDTREE_FA3_TREE_ATTENTION=1
+    exec bash $PAR \
+      "kernels=$PYT test/worker/test_tree_attention_interp.py" \
+      "vl_fa3=DDTREE_TEST_REPORT_DIR=\$CMD_OUT $PYT -s test/worker/test_verify_logits_gpu.py -k fa3" \
+      "parity_fa3=$MODELS /tmp/m_fa3 && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa3 --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_b256,sharp:dd_fa3_b64_nograph,sharp:dd_fa3_b15_nooverlap --deadline-s 420" \
+      "sampling_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_sampling_gpu.py" \
+      "features_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py"
+    ;;
   *)
-    echo "usage: $0 checks|features|paired" >&2
+    echo "usage: $0 checks|features|paired|tree" >&2
     exit 2
     ;;
 esac
