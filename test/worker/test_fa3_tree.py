@@ -105,8 +105,8 @@ def _round(bs=2, budget=4, topk=2, depth=3, prefix=(3, 1), seed=0):
         swa_out_cache_loc=None)
     backend = _Backend(pool, metadata, n)
     q, k, v = (torch.randn(t, h, D, generator=g) for h in (HQ, HKV, HKV))
-    spec = DDTreeVerifyInput(draft_token=None, positions=None, draft_token_num=n, topk=topk, custom_mask=None,
-                             tree_bits=ancestor_bits(tree.parents, depth))
+    spec = DDTreeVerifyInput(draft_token=tree.token_ids.reshape(-1), positions=None, draft_token_num=n, topk=topk,
+                             custom_mask=None, tree_bits=ancestor_bits(tree.parents, depth))
     fb = types.SimpleNamespace(forward_mode=types.SimpleNamespace(is_target_verify=lambda: True), spec_info=spec,
                                out_cache_loc=out_loc)
     # Reference: each row over its prefix slots and its ancestors' (and its own) tree slots, float64.
@@ -175,9 +175,10 @@ def test_everything_it_does_not_reproduce_runs_upstreams_path(fused_on, monkeypa
     assert out == "upstream" and not backend.token_to_kv_pool.writes
 
 
-def test_capture_reads_the_static_buffer_the_worker_fills(fused_on, monkeypatch):
-    """Graphs are captured with bits-less dummies: the kernel reads the backend's static buffer, which
-    round_tree_bits fills each round; outside a capture a bits-less forward keeps upstream's path."""
+def test_graph_dummies_read_the_static_buffer_the_worker_fills(fused_on):
+    """Verify graphs are warmed up and captured with the runner's dummy input (no tokens, no bits): the kernel
+    reads the backend's static buffer, which round_tree_bits fills each round; a real round without bits
+    keeps upstream's path (test_everything_it_does_not_reproduce_runs_upstreams_path, no_bits)."""
     backend, layer, q, k, v, fb, ref = _round()
     bits = fb.spec_info.tree_bits
     fa3_tree._STATIC_BACKENDS.clear()
@@ -186,12 +187,12 @@ def test_capture_reads_the_static_buffer_the_worker_fills(fused_on, monkeypatch)
         static = getattr(backend, fa3_tree.STATIC_BITS)
         assert static.shape == (4 * fb.spec_info.draft_token_num, 1) and static.dtype == torch.int32
         assert fa3_tree.static_bit_buffers() == [static]
-        fb.spec_info.tree_bits = None
-        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-        static.zero_()
+        fb.spec_info.tree_bits, fb.spec_info.draft_token = None, None  # the runner's dummy
         static[: bits.shape[0]] = bits  # what the worker's round_tree_bits left there
         out = fa3_tree.forward_extend(_upstream, backend, q, k, v, layer, fb, True)
         assert torch.allclose(out.view(-1, HQ, D).double(), ref, atol=1e-5)
+        fb.spec_info.draft_token = torch.zeros(q.shape[0], dtype=torch.int64)  # a real round without bits
+        assert fa3_tree.forward_extend(_upstream, backend, q, k, v, layer, fb, True) == "upstream"
     finally:
         fa3_tree._STATIC_BACKENDS.clear()
 

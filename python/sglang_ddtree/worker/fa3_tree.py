@@ -16,8 +16,8 @@ GPU checks of this path (node-by-node verify logits, sharp parity, T > 0, featur
 the H200. The path applies to a layer only when nothing it does not handle is in play (``_fast_layer``);
 anything else runs upstream's ``forward_extend`` unchanged.
 
-CUDA graphs: the verify graphs are captured with a dummy spec input that has no bits; the kernel then reads
-the backend's static bit buffer (``STATIC_BITS``, allocated with the backend's other graph buffers in
+CUDA graphs: the verify graphs are warmed up and captured with a dummy spec input that has no tokens and no
+bits; the kernel then reads the backend's static bit buffer (``STATIC_BITS``, allocated with the backend's other graph buffers in
 ``init_cuda_graph_state``), which the worker fills every round before the verify forward
 (``round_tree_bits``), on the same stream. Eager rounds read the same buffer (or a per-round tensor when
 no graph state exists).
@@ -100,8 +100,6 @@ def forward_extend(original, backend, q, k, v, layer, forward_batch, save_kv_cac
 
 def _round_bits(backend, k, layer, forward_batch, save_kv_cache, args, kwargs) -> Optional[torch.Tensor]:
     """The ancestor bits this forward's fused tree attention reads, or None: upstream's path."""
-    import torch
-
     from sglang_ddtree.worker.info import DDTreeVerifyInput
 
     spec = forward_batch.spec_info
@@ -114,10 +112,11 @@ def _round_bits(backend, k, layer, forward_batch, save_kv_cache, args, kwargs) -
         return None
     if spec.tree_bits is not None:
         return spec.tree_bits
-    # Only a CUDA-graph capture (the dummy input) has no bits: its graphs read the static buffer, which the
-    # worker fills every round. An eager round without bits keeps upstream's path.
+    # The graph runner's dummy input (no tokens: warm-up and capture) has no bits: it reads the static buffer,
+    # which the worker fills every round, so the captured graphs do too (and the warm-up compiles the kernel
+    # before any capture). A real round without bits keeps upstream's path.
     static = getattr(backend, STATIC_BITS, None)
-    if static is not None and torch.cuda.is_current_stream_capturing():
+    if static is not None and spec.draft_token is None:
         return static
     return None
 
