@@ -3,6 +3,9 @@
 #     bash scripts/device/issue14.sh shape      # bench_shape at the Qwen3-8B shape (dummy weights): AR and DFLASH
 #                                               # on fa3, DDTREE budgets 16 / 64 on triton and fa3, paired, with
 #                                               # torch-profiler breakdowns (analyze_trace) at concurrency 1 and 32
+#     bash scripts/device/issue14.sh close      # what the issue's done-when still lacks: the flashinfer breakdown at
+#                                               # the 8B shape (c 1 / 32, profiled) and the tiny pair at bs 1, paired
+#                                               # (AR, DFLASH on fa3, DDTREE's budgets), one call (fa3 staged)
 #     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
 #                                               # logits + end to end), sharp greedy parity, accept coverage,
 #                                               # everyday features, the trained pair (accept lengths; divergences
@@ -33,6 +36,23 @@ case "${1:-}" in
     [ "$(stat -c %s "$OUT/traces.tar" 2>/dev/null || echo 0)" -lt 16000000 ] || rm -f "$OUT/traces.tar"
     ls -la "$OUT"
     ;;
+  close)
+    OUT=${OUT:-/tmp/close_out}
+    mkdir -p "$OUT/prof"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
+    timeout -k 10 "${PAIRED_TIMEOUT_S:-200}" python3 benchmark/bench_paired.py --target "$TGT" --draft "$DRF" \
+      --configs plain+fa3,plain+triton,dflash+fa3,ddtree:15:8+triton,ddtree:63:8+triton,ddtree:64:8+triton \
+      --baselines plain+fa3,dflash+fa3 --bs 1 --repeats "${PAIRED_REPEATS:-5}" --num-prompts 16 \
+      --max-new-tokens 64 --out "$OUT/paired_bs1.json" 2>&1 | tail -n 30
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-330}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+      --configs dflash+fa3,ddtree:15:8+flashinfer --baselines dflash+fa3 --concurrency 1,32 --repeats 1 \
+      --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 --profile-dir "$OUT/prof" \
+      --profile-concurrency 1,32 --log-dir "$OUT/logs" --out "$OUT/shape_flashinfer.json" 2>&1 | tail -n 30
+    (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf prof logs)
+    ls -la "$OUT"
+    ;;
   round)
     exec bash $PAR \
       "kernels=$PYT test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_draw_kernel_interp.py test/worker/test_kv_move_interp.py test/worker/test_topk_lse_interp.py test/worker/test_sampling_kernel_gpu.py" \
@@ -43,7 +63,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|round" >&2
+    echo "usage: $0 shape|close|round" >&2
     exit 2
     ;;
 esac
