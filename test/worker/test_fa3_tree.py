@@ -240,7 +240,57 @@ def test_the_switch(monkeypatch):
     monkeypatch.setattr("sglang_ddtree.backends.fa3_library_installed", lambda: False)
     assert hooks.fa3_hook_targets() == {}  # no FA3 library: nothing to hook
     monkeypatch.setattr("sglang_ddtree.backends.fa3_library_installed", lambda: True)
-    assert hooks.fa3_hook_targets() == hooks.FA3_HOOK_TARGETS and len(hooks.FA3_HOOK_TARGETS) == 2
+    assert hooks.fa3_hook_targets() == hooks.FA3_HOOK_TARGETS and len(hooks.FA3_HOOK_TARGETS) == 3
     monkeypatch.setenv(fa3_tree.ENV, "yes")
     with pytest.raises(ValueError, match=f"{fa3_tree.ENV}='yes': use 1 .* or 0"):
         fa3_tree.enabled()
+
+
+def test_graph_metadata_of_a_ddtree_verify_is_the_prefix_half_only(fused_on, monkeypatch):
+    """The replay metadata the fused path needs (upstream's first half: prefix lengths, their cumsum, the page
+    table), without the expand half; then the verify through it equals attention over prefix + ancestors.
+    Anything else (a DFLASH verify, a decode) goes to upstream's function."""
+    backend, layer, q, k, v, fb, ref = _round(bs=3, budget=9, topk=3, depth=4, prefix=(1, 5, 2), seed=3)
+    want = backend.forward_metadata
+    bs, width = want.page_table.shape
+    backend.req_to_token = torch.zeros(8, width + 4, dtype=torch.int32)
+    rpi = torch.tensor([5, 2, 7])
+    backend.req_to_token[rpi, :width] = want.page_table.to(torch.int32)
+    backend.max_context_len, backend.has_swa = 4096, False
+    captured = types.SimpleNamespace(
+        cache_seqlens_int32=torch.zeros(4, dtype=torch.int32), cu_seqlens_k=torch.zeros(5, dtype=torch.int32),
+        page_table=torch.zeros(4, width + 4, dtype=torch.int32), cu_seqlens_q=want.cu_seqlens_q,
+        max_seq_len_q=want.max_seq_len_q, swa_out_cache_loc=None, max_seq_len_k=None)
+    views = types.SimpleNamespace(cache_seqlens_int32=captured.cache_seqlens_int32[:bs],
+                                  cu_seqlens_k=captured.cu_seqlens_k[: bs + 1], page_table=captured.page_table[:bs],
+                                  cu_seqlens_q=want.cu_seqlens_q, max_seq_len_q=want.max_seq_len_q,
+                                  swa_out_cache_loc=None, max_seq_len_k=None)
+    backend.target_verify_metadata_topk_normal = {bs: views}
+    backend.forward_metadata, backend.forward_metadata_spec_decode_expand = None, "stale"
+
+    def page_table_reference(*, req_to_token, req_pool_indices, cache_seqlens, page_table, page_size):
+        assert page_size == 1
+        for b, (r, n) in enumerate(zip(req_pool_indices.tolist(), cache_seqlens.tolist())):
+            page_table[b, :n] = req_to_token[r, :n]
+
+    monkeypatch.setattr("sglang.kernels.ops.kvcache.trtllm_mha_page_table.build_trtllm_mha_page_table",
+                        page_table_reference)
+    verify = types.SimpleNamespace(is_target_verify=lambda: True)
+    seq_lens = torch.tensor([1, 5, 2, 99])  # padded to a captured size: the row past bs is not read
+    assert fa3_tree.apply_cuda_graph_metadata(_upstream, backend, bs, torch.cat([rpi, rpi[:1]]), seq_lens, 8, None,
+                                              verify, fb.spec_info, None) is None
+    assert backend.forward_metadata is views and backend.forward_metadata_spec_decode_expand is None
+    assert captured.cache_seqlens_int32.tolist() == [1, 5, 2, 0]
+    assert captured.cu_seqlens_k.tolist() == [0, 1, 6, 8, 0] and views.max_seq_len_k == 4096
+    out = fa3_tree.forward_extend(_upstream, backend, q, k, v, layer, fb, True)
+    assert torch.allclose(out.view(-1, HQ, D).double(), ref, atol=1e-5)
+    # a layer the fused path cannot take, on this metadata: a clear error, not upstream's cascade on None
+    with pytest.raises(RuntimeError, match=f"layer 0 cannot take fa3's fused tree attention.*{fa3_tree.ENV}=0"):
+        fa3_tree.forward_extend(_upstream, backend, q, k, v, _layer(logit_cap=30.0), fb, True)
+    # not a DDTREE verify: upstream's metadata
+    other = types.SimpleNamespace(tree_bits=None)
+    assert fa3_tree.apply_cuda_graph_metadata(_upstream, backend, bs, rpi, seq_lens, 8, None, verify, other,
+                                              None) == "upstream"
+    decode = types.SimpleNamespace(is_target_verify=lambda: False)
+    assert fa3_tree.apply_cuda_graph_metadata(_upstream, backend, bs, rpi, seq_lens, 8, None, decode,
+                                              fb.spec_info, None) == "upstream"

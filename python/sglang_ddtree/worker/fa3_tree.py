@@ -9,7 +9,8 @@ against 0.55 ms for DFLASH's causal verify of the same 512 tokens
 (``benchmark/results/shape_8b_kernels_h200_session7.json``). Here (2) + (3) are one Triton launch
 (``worker.tree_attention.tree_attention_merge``): the tree part is at most N keys per request, read from
 the layer's own k / v, with each row's ancestor set as bit words (``ancestor_bits``), merged into (1)'s
-output through its LSE. (1) stays upstream's kernel with upstream's metadata.
+output through its LSE. (1) stays upstream's kernel with upstream's metadata; at graph replay only that
+metadata is built (``apply_cuda_graph_metadata``), not (2)'s per-row page table.
 
 Switch: ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` = 1 (this path) | 0 (upstream's cascade); unset = 0 until the
 GPU checks of this path (node-by-node verify logits, sharp parity, T > 0, features on fa3) have passed on
@@ -91,9 +92,41 @@ def init_cuda_graph_state(original, backend, max_bs: int, max_num_tokens: int, *
     return out
 
 
+def apply_cuda_graph_metadata(original, backend, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens,
+                              forward_mode, spec_info, seq_lens_cpu, *args, **kwargs):
+    """The graph metadata of a DDTREE verify: only upstream's first half (the prefix call's), since the fused
+    path never reads the second (the per-row expand page table: ~20 ops per round, among them a gather of
+    whole req_to_token rows and a sort); everything else is upstream's."""
+    from sglang_ddtree.worker.info import DDTreeVerifyInput
+
+    if not (forward_mode.is_target_verify() and isinstance(spec_info, DDTreeVerifyInput) and encoder_lens is None
+            and backend_serves_ddtree(backend) and not backend.has_swa and not backend.use_sliding_window_kv_pool):
+        return original(backend, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens, forward_mode,
+                        spec_info, seq_lens_cpu, *args, **kwargs)
+    import torch
+    from sglang.kernels.ops.kvcache.trtllm_mha_page_table import build_trtllm_mha_page_table
+
+    metadata = backend.target_verify_metadata_topk_normal[bs]
+    metadata.cache_seqlens_int32.copy_(seq_lens[:bs])  # the prefix: every tree row sees all of it
+    metadata.max_seq_len_k = backend.max_context_len  # static bound (max_seq_len_q = N, cu_seqlens_q: capture's)
+    metadata.cu_seqlens_k[1:].copy_(torch.cumsum(metadata.cache_seqlens_int32, dim=0, dtype=torch.int32))
+    build_trtllm_mha_page_table(req_to_token=backend.req_to_token, req_pool_indices=req_pool_indices[:bs],
+                                cache_seqlens=metadata.cache_seqlens_int32, page_table=metadata.page_table,
+                                page_size=backend.page_size)
+    backend.forward_metadata = metadata
+    backend.forward_metadata_spec_decode_expand = None  # upstream's cascade cannot run on this metadata
+    return None
+
+
 def forward_extend(original, backend, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
     bits = _round_bits(backend, k, layer, forward_batch, save_kv_cache, args, kwargs)
     if bits is None:
+        if (forward_batch.forward_mode.is_target_verify() and backend_serves_ddtree(backend)
+                and getattr(backend, "forward_metadata_spec_decode_expand", 0) is None):
+            raise RuntimeError(
+                f"DDTREE: layer {layer.layer_id} cannot take fa3's fused tree attention (sliding window, softcap, "
+                f"head dims or KV dtype it does not handle) while this verify's metadata is the fused path's; "
+                f"run with {ENV}=0.")
         return original(backend, q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)
     return _tree_verify_attention(backend, q, k, v, layer, forward_batch, bits)
 

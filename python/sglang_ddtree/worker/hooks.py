@@ -12,7 +12,8 @@
 - Observability (``metrics``): the scheduler's decode-result and decode-log functions and the
   tokenizer's per-request spec metrics, for DDTREE's accept rate and accept-length histogram.
 - ``dflash_utils.validate_dflash_request``: DDTREE's per-request refusals (``request_checks``).
-- ``FlashAttentionBackend.forward_extend`` / ``init_cuda_graph_state``: fa3's tree verify through DDTREE's
+- ``FlashAttentionBackend.forward_extend`` / ``init_cuda_graph_state`` / ``_apply_cuda_graph_metadata``: fa3's
+  tree verify through DDTREE's
   fused tree-attention kernel (``fa3_tree``); registered only when ``SGLANG_DDTREE_FA3_TREE_ATTENTION=1``
   and sgl_kernel's FA3 library is installed, so other servers never import the fa3 backend for it.
 ``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
@@ -109,11 +110,18 @@ def fa3_init_cuda_graph_state(original, backend, *args, **kwargs):
     return fa3_tree.init_cuda_graph_state(original, backend, *args, **kwargs)
 
 
+def fa3_apply_cuda_graph_metadata(original, backend, *args, **kwargs):
+    from sglang_ddtree.worker import fa3_tree
+
+    return fa3_tree.apply_cuda_graph_metadata(original, backend, *args, **kwargs)
+
+
 _FA3 = "sglang.srt.layers.attention.flashattention_backend.FlashAttentionBackend"
 # Registered on demand (see the module docstring and fa3_hook_targets).
 FA3_HOOK_TARGETS = {
     f"{_FA3}.forward_extend": fa3_forward_extend,
     f"{_FA3}.init_cuda_graph_state": fa3_init_cuda_graph_state,
+    f"{_FA3}._apply_cuda_graph_metadata": fa3_apply_cuda_graph_metadata,
 }
 
 
