@@ -18,10 +18,10 @@ the H200. The path applies to a layer only when nothing it does not handle is in
 anything else runs upstream's ``forward_extend`` unchanged.
 
 CUDA graphs: the verify graphs are warmed up and captured with a dummy spec input that has no tokens and no
-bits; the kernel then reads the backend's static bit buffer (``STATIC_BITS``, allocated with the backend's other graph buffers in
-``init_cuda_graph_state``), which the worker fills every round before the verify forward
-(``round_tree_bits``), on the same stream. Eager rounds read the same buffer (or a per-round tensor when
-no graph state exists).
+bits; the kernel then reads the backend's static bit buffer (``STATIC_BITS``, allocated with the backend's
+other graph buffers in ``init_cuda_graph_state``), which the worker fills every round before the verify
+forward (``round_tree_bits``), on the same stream. Eager rounds read the same buffer (or a per-round tensor
+when no graph state exists).
 """
 
 from __future__ import annotations
