@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Paired per-round cost at real model shapes: random (dummy) weights, no checkpoint, no tokenizer.
 
-For each built-in shape this writes a Qwen3 target ``config.json`` and a DFlash drafter ``config.json``,
-starts one ``sglang.Engine`` per configuration in its own child process (``load_format="dummy"``, the draft
+For each built-in shape this writes a Qwen3 (or hybrid Qwen3.5) target ``config.json`` and a DFlash drafter
+``config.json``, starts one ``sglang.Engine`` per configuration in its own child process (``load_format="dummy"``, the draft
 following it; ``skip_tokenizer_init``), one after another, all alive on one GPU, and times them in rotated
 alternation as ``bench_paired.py`` does. A measurement generates c random prompts at once twice, with M1
 (``--new-tokens``) and M0 (``--base-tokens``) new tokens; per-round ms = (wall(M1) - wall(M0)) /
@@ -14,7 +14,7 @@ or the built-in one below). ``--profile-dir`` also records a torch-profiler trac
 concurrency, embeds ``analyze_trace.analyze`` of it and reports the round's time outside its CUDA graphs
 (``outside_graphs_ms``: unprofiled median round minus the profiled GPU time of the graph-replayed forwards).
 
-    python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b] \
+    python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b,qwen3.5-9b] \
         [--configs plain,dflash,ddtree:16:8,ddtree:64:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
         [--accept-table FILE.json] [--profile-dir D --profile-concurrency 1,32]
     python benchmark/bench_shape.py --plot shape.json --plot-dir plots/
@@ -32,6 +32,19 @@ hidden / intermediate / heads, 5 full-attention layers, block 16, num_target_lay
 be read here; ``mask_token`` "<|MASK|>" and ``dflash_config.block_size`` 16 are SGLang 0.5.16's defaults,
 written out; the field layout (``rope_parameters``, ``layer_types``) is that of the packaged tiny pair.
 SGLang's DFlash draft model has no embedding or LM head (it uses the target's): its tie flag changes nothing.
+Qwen3.5-9B (``qwen3.5-9b``, hybrid: DDTREE refuses it until hybrid support lands, so only ``plain`` / ``dflash``
+run today): ``Qwen3_5ForConditionalGeneration``, 32 layers as 8 x (3 Gated DeltaNet + 1 full attention),
+hidden 4096, intermediate 12288, 16 / 4 heads x head_dim 256 with the output gate, linear attention 16 key /
+32 value heads x 128, conv kernel 4, vocab 248320, partial RoPE 0.25 (theta 1e7, interleaved M-RoPE
+[11, 11, 10]), untied, and its vision tower (27 blocks, hidden 1152): the config a public test suite pins
+as "the real Qwen3.5-9B config" (medrl's probe tests; the 4B's published values, hidden 2560 / 9216 /
+262144 positions, as other suites pin them, share every other field). Its drafter has
+z-lab/Qwen3.5-9B-DFlash's shape as SpecForge writes it (``configs/qwen3.5-9b-dflash-vlm-8layer.json``:
+hidden 4096, intermediate 12288, 16 / 4 heads x 256, 5 layers, num_target_layers 32, target_layer_ids
+[1, 8, 15, 22, 29] = SGLang's default for 32 / 5) with the z-lab Qwen3.5 drafters' block 16 and
+mask_token_id 248070 (hipfire's dflash_convert notes on the z-lab/Qwen3.5-*-DFlash layout); ~1B
+parameters, as published. Assumed: z-lab's config.json itself could not be read here; rope_theta 1e7
+without M-RoPE and 262144 positions follow SpecForge's z-lab Qwen3.5-27B drafter config.
 
 Accept table. DDTree paper (Ringel & Romano, arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau 7.79
 (Table 1); DDTree tau per node budget from the budget-tradeoff figure, read from the figure's vector PDF
@@ -80,6 +93,26 @@ SHAPES = {  # name: (hidden, intermediate, tie_word_embeddings); both have 36 la
     "qwen3-8b": (4096, 12288, False),
     "qwen3-4b": (2560, 9728, True),
 }
+# Hybrid Qwen3.5 targets (see the module docstring for the source of every value).
+QWEN35_9B_TEXT = {
+    "model_type": "qwen3_5_text", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 8, "full_attention_interval": 4,
+    "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256, "attn_output_gate": True,
+    "attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu", "rms_norm_eps": 1e-06,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32",
+    "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False, "vocab_size": 248320,
+    "max_position_embeddings": 262144, "partial_rotary_factor": 0.25, "tie_word_embeddings": False,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                        "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+    "eos_token_id": 248044, "dtype": "bfloat16", "initializer_range": 0.02, "use_cache": True}
+QWEN35_9B_VISION = {"model_type": "qwen3_5_vision", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+                    "num_heads": 16, "num_position_embeddings": 2304, "out_hidden_size": 4096, "patch_size": 16,
+                    "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3}
+HYBRID_SHAPES = {  # name: (text_config, vision_config, drafter target_layer_ids, drafter mask_token_id)
+    "qwen3.5-9b": (QWEN35_9B_TEXT, QWEN35_9B_VISION, [1, 8, 15, 22, 29], 248070),
+}
+SHAPE_NAMES = sorted([*SHAPES, *HYBRID_SHAPES])
 PAPER_ACCEPT = {
     "source": "DDTree paper (arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau from Table 1, DDTree tau "
               "per node budget from the budget-tradeoff figure (liranringel/ddtree, math500-budget-tradeoff.pdf)",
@@ -91,6 +124,8 @@ PAPER_ACCEPT = {
 # ---- shapes ------------------------------------------------------------------------------------
 def shape_configs(name: str) -> tuple[dict, dict]:
     """(target config.json, drafter config.json) of a built-in shape."""
+    if name in HYBRID_SHAPES:
+        return _hybrid_shape_configs(name)
     hidden, inter, tied = SHAPES[name]
     common = {"model_type": "qwen3", "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": 32,
               "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "hidden_act": "silu",
@@ -105,6 +140,28 @@ def shape_configs(name: str) -> tuple[dict, dict]:
                  num_target_layers=36,
                  dflash_config={"target_layer_ids": [1, 9, 17, 25, 33], "mask_token": "<|MASK|>",
                                 "mask_token_id": 151669, "block_size": DRAFT_BLOCK})
+    return target, draft
+
+
+def _hybrid_shape_configs(name: str) -> tuple[dict, dict]:
+    """A Qwen3.5 target (vision tower included: SGLang builds it, text never runs it) and a DFlash drafter
+    with the target's hidden / intermediate / attention heads, 5 full-attention layers."""
+    text, vision, layer_ids, mask_id = HYBRID_SHAPES[name]
+    target = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "text_config": dict(text),
+              "vision_config": dict(vision), "image_token_id": 248056, "video_token_id": 248057,
+              "vision_start_token_id": 248053, "vision_end_token_id": 248054,
+              "tie_word_embeddings": text["tie_word_embeddings"], "torch_dtype": "bfloat16"}
+    draft = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": text["hidden_size"],
+             "intermediate_size": text["intermediate_size"], "num_attention_heads": text["num_attention_heads"],
+             "num_key_value_heads": text["num_key_value_heads"], "head_dim": text["head_dim"],
+             "vocab_size": text["vocab_size"], "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
+             "rms_norm_eps": text["rms_norm_eps"], "max_position_embeddings": text["max_position_embeddings"],
+             "rope_parameters": {"rope_theta": float(text["rope_parameters"]["rope_theta"]), "rope_type": "default"},
+             "torch_dtype": "bfloat16", "eos_token_id": text["eos_token_id"], "initializer_range": 0.02,
+             "use_cache": True, "num_hidden_layers": 5, "layer_types": ["full_attention"] * 5,
+             "tie_word_embeddings": False, "block_size": DRAFT_BLOCK, "num_target_layers": text["num_hidden_layers"],
+             "dflash_config": {"target_layer_ids": list(layer_ids), "mask_token": "<|MASK|>",
+                               "mask_token_id": mask_id, "block_size": DRAFT_BLOCK}}
     return target, draft
 
 
@@ -528,9 +585,9 @@ def _int_list(ap, flag: str, value: str) -> list:
 def _check(ap, args) -> None:
     """Every argument error, before any engine starts; fills args.configs / baselines / table."""
     args.shapes = args.shapes.split(",")
-    bad = [s for s in args.shapes if s not in SHAPES]
+    bad = [s for s in args.shapes if s not in SHAPE_NAMES]
     if bad:
-        ap.error(f"--shapes {bad}: unknown; use one or more of {sorted(SHAPES)}")
+        ap.error(f"--shapes {bad}: unknown; use one or more of {SHAPE_NAMES}")
     args.configs = args.configs.split(",")
     if len(set(args.configs)) != len(args.configs):
         ap.error(f"--configs {args.configs}: a config appears twice")
@@ -581,7 +638,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="report JSON (required unless --plot)")
-    ap.add_argument("--shapes", default="qwen3-8b", help=f"comma-separated, of {sorted(SHAPES)}")
+    ap.add_argument("--shapes", default="qwen3-8b", help=f"comma-separated, of {SHAPE_NAMES}")
     ap.add_argument("--configs", default="plain,dflash,ddtree:16:8,ddtree:64:8")
     ap.add_argument("--baselines", help="paired ratios against these configs (default: the first dflash config "
                     "and plain)")

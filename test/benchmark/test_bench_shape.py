@@ -61,6 +61,35 @@ def test_config_dirs_are_the_shapes(run):
         assert rep["shapes"][shape] == {"target": target, "draft": draft, **dirs}
 
 
+def test_hybrid_qwen35_shape_is_written_and_parses(tmp_path):
+    from transformers import AutoConfig
+
+    from sglang_ddtree.reference.dflash import DFlashConfig
+    from sglang_ddtree.validation import is_hybrid_linear_attention
+
+    target_dir, draft_dir = bench_shape.write_shape(str(tmp_path), "qwen3.5-9b")
+    assert (target_dir, draft_dir) == (str(tmp_path / "qwen3.5-9b" / "target"), str(tmp_path / "qwen3.5-9b" / "draft"))
+    target = json.loads((tmp_path / "qwen3.5-9b" / "target" / "config.json").read_text())
+    assert (target, json.loads((tmp_path / "qwen3.5-9b" / "draft" / "config.json").read_text())) == \
+        bench_shape.shape_configs("qwen3.5-9b")
+    cfg = AutoConfig.from_pretrained(target_dir)
+    assert cfg.architectures == ["Qwen3_5ForConditionalGeneration"] and is_hybrid_linear_attention(cfg)
+    text = cfg.get_text_config()
+    assert (text.num_hidden_layers, text.hidden_size, text.intermediate_size, text.vocab_size) == (32, 4096, 12288, 248320)
+    assert (text.num_attention_heads, text.num_key_value_heads, text.head_dim) == (16, 4, 256)
+    assert (text.linear_num_key_heads, text.linear_num_value_heads, text.linear_key_head_dim) == (16, 32, 128)
+    assert [i for i, t in enumerate(text.layer_types) if t == "full_attention"] == list(range(3, 32, 4))
+    assert target["text_config"]["full_attention_interval"] == 4 and cfg.tie_word_embeddings is False
+    assert cfg.vision_config.out_hidden_size == 4096
+    draft = DFlashConfig.from_hf_dict(json.loads(open(os.path.join(draft_dir, "config.json")).read()))
+    assert (draft.hidden_size, draft.intermediate_size, draft.num_hidden_layers) == (4096, 12288, 5)
+    assert (draft.num_attention_heads, draft.num_key_value_heads, draft.head_dim) == (16, 4, 256)
+    assert (draft.target_layer_ids, draft.num_target_layers, draft.mask_token_id, draft.block_size) == \
+        ([1, 8, 15, 22, 29], 32, 248070, 16)
+    h, i, q, kv = 4096, 12288, 16 * 256, 4 * 256  # "1B parameters": 5 layers + the context projection fc
+    assert 5 * (2 * h * q + 2 * h * kv + 3 * h * i) + 5 * h * h == pytest.approx(1.05e9, rel=0.01)
+
+
 def test_round_cost_of_the_fake_is_recovered(run):
     _, rep, _ = run
     for shape in SHAPES:
@@ -178,7 +207,8 @@ def test_an_engine_that_does_not_start_is_reported(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--shapes", "qwen3-9b"], "--shapes ['qwen3-9b']: unknown; use one or more of ['qwen3-4b', 'qwen3-8b']"),
+    (["--shapes", "qwen3-9b"],
+     "--shapes ['qwen3-9b']: unknown; use one or more of ['qwen3-4b', 'qwen3-8b', 'qwen3.5-9b']"),
     (["--concurrency", "0,2"], "--concurrency '0,2': want comma-separated positive integers"),
     (["--new-tokens", "16", "--base-tokens", "16"], "--new-tokens 16: must be larger than --base-tokens 16"),
     (["--prompt-len", "1000"], "--prompt-len 1000 + --new-tokens 64: must leave a draft block"),
