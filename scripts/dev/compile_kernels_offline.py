@@ -3,7 +3,8 @@
 Kernels: every ``JITFunction`` in the modules of ``sglang_ddtree.tree.kernels`` and
 ``sglang_ddtree.worker.kernels``, found by import. Specialisations: the launches the real wrappers make at
 the worker's launch sites (``tree_api.build_tree`` / ``verify_topology``, ``draft_head.topk_lse``,
-``kv_commit.greedy_accept_commit`` / ``AcceptedKVMover``, ``sampling.draw_rows``) for the Qwen3-8B shape
+``kv_commit.greedy_accept_commit`` / ``AcceptedKVMover``, ``sampling.draw_rows``, fa3's fused tree attention
+``worker.tree_attention``) for the Qwen3-8B shape
 (vocab 151936, bf16 LM head, 36 layers x K/V = 72 KV buffers of 2048-byte rows, block size 16) at budgets
 1, 15, 16, 64, 256, 512 and top-K 1, 4, 8 (top-K <= budget, as the config requires), the draft head on
 a vocab-parallel shard (tp 2, 4, 8), and ``tree.accept_greedy`` (a package op the round does not launch).
@@ -151,6 +152,24 @@ def worker_round(budget: int, topk: int, prefix_dtype: torch.dtype) -> None:
     kv_commit.AcceptedKVMover(_Qwen3KVPool())(commit, width)
 
 
+def fa3_tree_attention(budget: int, dtype: torch.dtype = torch.bfloat16) -> None:
+    """fa3's fused tree attention (``worker.fa3_tree``): the round's ancestor bits and one layer's tree part +
+    merge at the Qwen3-8B heads (32 query / 8 KV heads of 128), bs = 2, FA3's [Hq, T] LSE layout."""
+    from sglang_ddtree.worker import tree_attention
+
+    bs, n = 2, budget + 1
+    t = bs * n
+    parents = torch.full((bs, n), -1, dtype=torch.int64)
+    bits = tree_attention.ancestor_bits(parents, min(budget, BLOCK_SIZE - 1))
+    qkv = torch.empty(t, (32 + 2 * 8) * 128, dtype=dtype)  # q, k, v as views of one projection, as in the model
+    q = qkv[:, : 32 * 128].contiguous().view(t, 32, 128)
+    k = qkv[:, 32 * 128 : 40 * 128].view(t, 8, 128)
+    v = qkv[:, 40 * 128 :].view(t, 8, 128)
+    o = torch.empty(t, 32, 128, dtype=dtype)
+    tree_attention.tree_attention_merge(q, k, v, bits, o, torch.empty(32, t), num_rows=n, sm_scale=128 ** -0.5,
+                                        out=o)
+
+
 def draft_head_shard(topk: int, tp: int) -> None:
     """``draft_head.topk_lse`` on one rank's vocabulary shard (vocab-parallel LM head, V / tp columns)."""
     from sglang_ddtree.worker import draft_head
@@ -175,7 +194,8 @@ def cases(smoke: bool) -> list:
         s = SMOKE
         return [(f"worker round budget={s['budget']} topk={s['topk']} prefix={s['prefix_dtype']}",
                  lambda: worker_round(**s)),
-                (f"tree.accept_greedy budget={s['budget']}", lambda: tree_accept(s["budget"]))]
+                (f"tree.accept_greedy budget={s['budget']}", lambda: tree_accept(s["budget"])),
+                (f"fa3 tree attention budget={s['budget']}", lambda: fa3_tree_attention(s["budget"]))]
     out = []
     for budget in BUDGETS:
         for topk in (k for k in TOPKS if k <= budget):
@@ -183,6 +203,8 @@ def cases(smoke: bool) -> list:
                 out.append((f"worker round budget={budget} topk={topk} prefix={pdt}",
                             lambda b=budget, k=topk, p=pdt: worker_round(b, k, p)))
         out.append((f"tree.accept_greedy budget={budget}", lambda b=budget: tree_accept(b)))
+        for dt in (torch.bfloat16, torch.float16):
+            out.append((f"fa3 tree attention budget={budget} {dt}", lambda b=budget, d=dt: fa3_tree_attention(b, d)))
     for tp in TP_SHARDS:  # the merge pass's tile follows the shard's slice count
         for topk in TOPKS:
             out.append((f"draft head tp={tp} topk={topk}", lambda k=topk, t=tp: draft_head_shard(k, t)))
@@ -192,6 +214,7 @@ def cases(smoke: bool) -> list:
 def record_launches(kernels: dict, case_list: list) -> list:
     """Run each case with use_triton -> True and every kernel's launch recorded instead of run."""
     from sglang_ddtree.tree import _common, accept, build, topology
+    from sglang_ddtree.worker import tree_attention
 
     launches, label = [], [""]
 
@@ -201,7 +224,7 @@ def record_launches(kernels: dict, case_list: list) -> list:
         return run
 
     with contextlib.ExitStack() as stack:
-        for mod in (_common, accept, build, topology):
+        for mod in (_common, accept, build, topology, tree_attention):
             stack.enter_context(mock.patch.object(mod, "use_triton", lambda *a, **k: True))
         for kernel in kernels.values():
             stack.enter_context(mock.patch.object(kernel, "run", recorder(kernel), create=True))
