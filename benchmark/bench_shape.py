@@ -2,8 +2,8 @@
 """Paired per-round cost at real model shapes: random (dummy) weights, no checkpoint, no tokenizer.
 
 For each built-in shape this writes a Qwen3 (or hybrid Qwen3.5) target ``config.json`` and a DFlash drafter
-``config.json``, starts one ``sglang.Engine`` per configuration in its own child process (``load_format="dummy"``, the draft
-following it; ``skip_tokenizer_init``), one after another, all alive on one GPU, and times them in rotated
+``config.json``, starts one ``sglang.Engine`` per configuration in its own child process (``load_format="dummy"``,
+the draft following it; ``skip_tokenizer_init``), one after another, all alive on one GPU, and times them in rotated
 alternation as ``bench_paired.py`` does. A measurement generates c random prompts at once twice, with M1
 (``--new-tokens``) and M0 (``--base-tokens``) new tokens; per-round ms = (wall(M1) - wall(M0)) /
 (rounds(M1) - rounds(M0)), rounds = the max over requests of ``spec_verify_ct`` (``completion_tokens - 1``

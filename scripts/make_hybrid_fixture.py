@@ -14,11 +14,11 @@ Gated DeltaNet with 2 key / 4 value heads x 128), 2 query heads x head_dim 256 o
 partial RoPE 0.25 with Qwen3.5's interleaved M-RoPE sections, a 1-block vision tower (never used for
 text), untied lm_head, vocab 2048 and the packaged tiny pair's tokenizer (``<|endoftext|>`` = 0,
 ``<|MASK|>`` = 1). The drafter: 2 layers, block 16, reading target layers (1, 2) (one linear, one
-full attention). bf16, ~6 MB in all, deterministic from ``--seed``.
+full attention). bf16, ~7 MB in all (tokenizers included), deterministic from ``--seed``.
 
 Weights are random and "sharp" as ``test/worker/_generated_models.py``'s are: the token embedding and
-lm_head come from ``toy.random_target(sharp=True)`` (a successor map with float32 greedy margins of a
-few logits) and every layer's output projection is scaled by 0.05, so greedy decoding survives bf16
+lm_head come from ``toy.random_target(sharp=True, margin=8)`` (a successor map; median greedy gap ~4
+logits) and every layer's output projection is scaled by 0.05, so greedy decoding survives bf16
 rounding; the drafter is ``toy.random_drafter(sharp=True)``. The price: the linear-attention state only
 nudges the logits, so a state bug shows in log-probs before it shows in greedy tokens. ``--plain``
 skips the scaling and the successor map (the state visibly moves the logits; near-ties expected).
@@ -28,7 +28,9 @@ group and SGLang's global server args): the config parses through ``ModelConfig`
 ``mambaish_config``; the registry maps the architecture to SGLang's Qwen3.5 class, which is built on the
 CPU and loads the checkpoint with every parameter written (all set to NaN first) and no checkpoint
 tensor left over, stacked params equal to their parts; the same for SGLang's ``DFlashDraftModel``; and
-both DDTREE refusals (validation and worker) fire. Prints one JSON line; exit 1 if a check fails.
+both DDTREE refusals (validation and worker) fire; transformers' own Qwen3.5 loads the target with no
+missing or unexpected keys and decodes the same greedy tokens in float32 and bf16. Prints one JSON line;
+exit 1 if a check fails. What a CPU cannot check: SGLang's GPU kernels (GDN, attention, CUDA graphs) on it.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def _vision_shapes(v: dict) -> dict:
               "pos_embed.weight": (v["num_position_embeddings"], h),
               "merger.norm.weight": (h,), "merger.norm.bias": (h,),
               "merger.linear_fc1.weight": (h * m2, h * m2), "merger.linear_fc1.bias": (h * m2,),
-              "merger.linear_fc2.weight": (v["out_hidden_size"], h * m2), "merger.linear_fc2.bias": (v["out_hidden_size"],)}
+              "merger.linear_fc2.weight": (v["out_hidden_size"], h * m2),
+              "merger.linear_fc2.bias": (v["out_hidden_size"],)}
     for b in range(v["depth"]):
         for name, shape in (("norm1", (h,)), ("norm2", (h,))):
             shapes[f"blocks.{b}.{name}.weight"], shapes[f"blocks.{b}.{name}.bias"] = shape, shape
@@ -114,7 +117,8 @@ def _layer_tensors(i: int, kind: str, g, sharp: bool) -> dict:
     p = f"{_TEXT}.layers.{i}."
     t = {p + "input_layernorm.weight": torch.zeros(HIDDEN),  # Gemma-style norms: x * (1 + w)
          p + "post_attention_layernorm.weight": torch.zeros(HIDDEN),
-         p + "mlp.gate_proj.weight": linear(INTERMEDIATE, HIDDEN), p + "mlp.up_proj.weight": linear(INTERMEDIATE, HIDDEN),
+         p + "mlp.gate_proj.weight": linear(INTERMEDIATE, HIDDEN),
+         p + "mlp.up_proj.weight": linear(INTERMEDIATE, HIDDEN),
          p + "mlp.down_proj.weight": linear(HIDDEN, INTERMEDIATE, out_scale)}
     if kind == "full_attention":
         a = p + "self_attn."
@@ -195,7 +199,7 @@ def write_fixture(root: str, seed: int = 0, sharp: bool = True) -> tuple:
 
 
 # ---- --check: the files against SGLang 0.5.16 on the CPU ----------------------------------------
-def _init_sglang_cpu() -> None:
+def _init_sglang_cpu():
     """A 1-process gloo group, default server args, dp-attention state; a stand-in ``vllm._custom_ops``
     (SGLang's non-CUDA RotaryEmbedding imports its kernel at construction; nothing here calls it)."""
     import dataclasses
@@ -367,7 +371,8 @@ def check_fixture(target_dir: str, draft_dir: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", help="directory to write target/ and draft/ into")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plain", action="store_true", help="plain random weights (no successor map, no 0.05 scaling)")

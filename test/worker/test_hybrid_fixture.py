@@ -75,7 +75,8 @@ def test_config_and_sizes(tmp_path):
     text = cfg["text_config"]
     assert cfg["architectures"] == ["Qwen3_5ForConditionalGeneration"] and text["model_type"] == "qwen3_5_text"
     assert text["layer_types"].count("linear_attention") == 4 and text["layer_types"].count("full_attention") == 2
-    assert (text["hidden_size"], text["vocab_size"], text["head_dim"], text["linear_key_head_dim"]) == (128, 2048, 256, 128)
+    assert (text["hidden_size"], text["vocab_size"], text["head_dim"]) == (128, 2048, 256)
+    assert (text["linear_num_key_heads"], text["linear_num_value_heads"], text["linear_key_head_dim"]) == (2, 4, 128)
     dcfg = json.loads(open(os.path.join(draft, "config.json")).read())
     assert dcfg["architectures"] == ["DFlashDraftModel"] and dcfg["num_target_layers"] == 6
     assert dcfg["dflash_config"] == {"target_layer_ids": [1, 2], "mask_token": "<|MASK|>", "mask_token_id": 1,
@@ -88,7 +89,9 @@ def test_config_and_sizes(tmp_path):
 
 
 def test_same_seed_same_bytes(tmp_path):
-    a, b, c = (fixture.write_fixture(str(tmp_path / n), seed=s) for n, s in (("a", 0), ("b", 0), ("c", 1)))
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        fixture.write_fixture(str(tmp_path / name), seed=seed)
     assert _files(str(tmp_path / "a")) == _files(str(tmp_path / "b"))
+    a, c = _files(str(tmp_path / "a")), _files(str(tmp_path / "c"))
     for role in ("target", "draft"):
-        assert _files(str(tmp_path / "a"))[f"{role}/model.safetensors"] != _files(str(tmp_path / "c"))[f"{role}/model.safetensors"]
+        assert a[f"{role}/model.safetensors"] != c[f"{role}/model.safetensors"]
