@@ -15,6 +15,17 @@ The first version is the baseline: the report notes every callable on the list w
 differ from it, and a missing attribute lists what its owner gained since (a rename shows there).
 Prints a table, writes one JSON report (``--out``); exits 1 when a release has missing or changed
 entries.
+
+    python scripts/check_upstream.py 0.5.17 --run-suite --suite-out FILE [--keep-env] [--keep-version-gate]
+
+Instead runs the CPU suite of HEAD (``git archive``, so not the work tree's edits) against the release:
+a venv under /tmp holding that sglang wheel and our wheel (``--no-deps``), over a hard-linked copy of
+the base venv's site-packages (``--base-venv``, default .venv, only read) for torch, transformers and
+the rest. The snapshot's ``version.py`` range is raised past the release (unless --keep-version-gate),
+so the suite shows what breaks beyond the gate. The result records the release's pins (torch,
+transformers, ...) against what that environment has: a mismatch is a caveat of the run, stated there.
+It counts pass / fail / error from pytest's closing line and groups each failure (junit XML) by cause:
+``CAUSES`` below, else by its root error line. ``--reclassify FILE`` re-groups a written result.
 """
 
 from __future__ import annotations
@@ -26,14 +37,17 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
 from sglang_ddtree import compat  # noqa: E402  (stdlib only: no SGLang import)
 
 OK, MOVED, MISSING, CHANGED, UNCHECKED = "ok", "moved", "missing", "signature-changed", "not-checked"
@@ -655,6 +669,311 @@ def scan_release(version: str, cache: str, symbols: Sequence, workdir: str,
             "symbols": results}, root
 
 
+# ---- the CPU suite against a release (--run-suite) ------------------------------------------------
+# A throw-away venv under /tmp: its own site-packages holds the release's sglang wheel (--no-deps) and
+# our wheel, built from a `git archive` of HEAD; a .pth line puts the base venv's site-packages (torch,
+# transformers, pytest, ...) AFTER it, so the release shadows the base's sglang and everything else is
+# the base's, whatever the release pins. The base venv is read, never written.
+SUITE_PYTEST = ("-m", "not gpu", "-q", "-rfE", "-p", "no:cacheprovider")
+_SUMMARY_WORDS = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error", "errors",
+                  "warning", "warnings")
+# Causes we know, matched (re.search) against a failure's error lines and traceback: (name, regex, what).
+# Filled from the tracebacks of the recorded runs; anything unmatched is grouped by its error line.
+CAUSES: Tuple[Tuple[str, str, str], ...] = (
+    ("artefact: version gate lifted", r"test_supported_range_is_stated_once|"
+     r"test_unsupported_sglang_version_is_a_clear_runtime_error",
+     "tests of version.py's range itself, which --run-suite raises in its snapshot (not a break)"),
+)
+
+
+def parse_pytest_summary(text: str) -> Dict[str, int]:
+    """Counts from pytest's closing line ("== 2 failed, 10 passed, 1 skipped, 3 errors in 9.1s ==", or
+    the -q form without the bars): {"failed": 2, "passed": 10, "skipped": 1, "error": 3}; {} when the
+    output has none (pytest died before it). "errors" / "warnings" are counted as "error" / "warning"."""
+    for line in reversed(text.splitlines()):
+        body = line.strip().strip("=").strip()
+        m = re.fullmatch(r"(.*?)\s+in\s+[\d.]+s(?:\s+\([^)]*\))?", body)
+        if not m:
+            continue
+        parts = [p.strip() for p in m.group(1).split(",")]
+        found = [re.fullmatch(r"(\d+)\s+(\w+)", p) for p in parts]
+        if parts and all(f and f.group(2) in _SUMMARY_WORDS for f in found):
+            out: Dict[str, int] = {}
+            for f in found:
+                word = f.group(2).rstrip("s") if f.group(2) in ("errors", "warnings") else f.group(2)
+                out[word] = out.get(word, 0) + int(f.group(1))
+            return out
+        if body.startswith("no tests ran"):
+            return {}
+    return {}
+
+
+def _error_lines(text: str) -> List[str]:
+    """The ``E   `` lines of a pytest traceback, without the prefix."""
+    return [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ") or ln == "E"]
+
+
+def _deepest_frame(text: str, package: str) -> Optional[str]:
+    """``package/sub/mod.py:LINE`` of the last traceback frame inside ``package`` (a site-packages or a
+    checkout path; pytest's ``path.py:LINE`` or Python's ``File "path.py", line LINE``), or None."""
+    hits = re.findall(rf"(?:^|[/\s\"]){re.escape(package)}/([\w/]+\.py)(?::(\d+)|\", line (\d+))", text, re.M)
+    return f"{package}/{hits[-1][0]}:{hits[-1][1] or hits[-1][2]}" if hits else None
+
+
+def parse_junit(xml_text: str, head_lines: int = 12) -> List[dict]:
+    """One entry per failed / errored test case of a ``--junitxml`` report (``-o junit_family=xunit1``,
+    which records the file): test id, outcome, pytest's message, the error lines (first ``head_lines``),
+    and the deepest frame in sglang_ddtree and in sglang."""
+    import xml.etree.ElementTree as ET
+
+    out = []
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        for outcome in ("failure", "error"):
+            el = case.find(outcome)
+            if el is None:
+                continue
+            text = el.text or ""
+            classname, name = case.get("classname", ""), case.get("name", "")
+            path = case.get("file") or classname.replace(".", "/") + ".py"
+            cls = classname.rpartition(".")[2]
+            test_id = f"{path}::{cls}::{name}" if cls and cls[0].isupper() else f"{path}::{name}"
+            errors = _error_lines(text)
+            message = (el.get("message") or "").strip().splitlines()[0][:300] if el.get("message") else ""
+            out.append({"test": test_id, "outcome": "failed" if outcome == "failure" else "error",
+                        "message": message, "root_error": root_error(text, message),
+                        "error_lines": errors[:head_lines] or text.strip().splitlines()[-head_lines:],
+                        "ours": _deepest_frame(text, "sglang_ddtree"), "upstream": _deepest_frame(text, "sglang")})
+    return out
+
+
+_EXC_LINE = re.compile(r"^(?:E\s)?\s*((?:\w+\.)*\w*(?:Error|Exception|Exit)\b(?::.*)?)$", re.M)
+
+
+def root_error(text: str, message: str = "") -> str:
+    """The exception a failure comes down to: the last exception line of its traceback that is not an
+    AssertionError (a test that asserts on a subprocess's stderr shows the child's error there), else
+    its first AssertionError line, else pytest's message."""
+    found = [m.strip() for m in _EXC_LINE.findall(text)]
+    others = [ln for ln in found if not ln.startswith("AssertionError")]
+    return (others[-1] if others else found[0] if found else message or "")[:300]
+
+
+def _error_key(failure: dict) -> str:
+    """What a failure says, with its numbers, addresses and /tmp paths blurred: one cause, one key."""
+    line = failure.get("root_error") or failure["message"] or (failure["error_lines"] or [""])[-1]
+    return re.sub(r"0x[0-9a-f]+|\d+", "N", re.sub(r"/tmp/\S+?/site-packages/", "", line))[:200]
+
+
+def classify(failures: Sequence[dict], causes: Sequence[Tuple[str, str, str]] = CAUSES) -> List[dict]:
+    """Group ``failures`` (``parse_junit`` entries): by the first of ``causes`` whose regex matches a
+    failure's message, error lines or frames, else by its blurred error line. Largest group first; each
+    lists its tests and our modules (the deepest sglang_ddtree frame) it goes through."""
+    groups: Dict[str, dict] = {}
+    for f in failures:
+        hay = "\n".join([f["test"], f["message"], f.get("root_error", ""), *f["error_lines"], f["ours"] or "",
+                         f["upstream"] or ""])
+        cause = next(((n, what) for n, rx, what in causes if re.search(rx, hay)), None)
+        key = cause[0] if cause else "unclassified: " + _error_key(f)
+        g = groups.setdefault(key, {"cause": key, "what": cause[1] if cause else "", "count": 0,
+                                    "our_modules": [], "upstream_frames": [], "tests": [], "example": f["error_lines"][:6]})
+        g["count"] += 1
+        g["tests"].append(f["test"])
+        mod = (f["ours"] or "").rpartition(":")[0]
+        if mod and mod not in g["our_modules"]:
+            g["our_modules"].append(mod)
+        up = (f["upstream"] or "").rpartition(":")[0]
+        if up and up not in g["upstream_frames"]:
+            g["upstream_frames"].append(up)
+    return sorted(groups.values(), key=lambda g: -g["count"])
+
+
+def lift_version_gate(version_py: str, version: str) -> str:
+    """``version.py``'s text with SUPPORTED_SGLANG_MAX_EXCLUSIVE raised just past ``version`` (the next
+    patch release: 0.5.17.post1 -> 0.5.18), so that the plugin loads on that release and the suite shows what breaks past the gate."""
+    from packaging.version import Version
+
+    release = list(Version(version).release) + [0] * 3
+    nxt = f"{release[0]}.{release[1]}.{release[2] + 1}"
+    new, n = re.subn(r'^SUPPORTED_SGLANG_MAX_EXCLUSIVE = "[^"]+"', f'SUPPORTED_SGLANG_MAX_EXCLUSIVE = "{nxt}"',
+                     version_py, flags=re.M)
+    assert n == 1, "version.py has no SUPPORTED_SGLANG_MAX_EXCLUSIVE line"
+    return new
+
+
+def requirements(metadata: str) -> List[str]:
+    """The unconditional Requires-Dist requirements of a release's METADATA."""
+    return [ln.split(":", 1)[1].strip() for ln in metadata.splitlines()
+            if ln.startswith("Requires-Dist:") and "extra ==" not in ln]
+
+
+def compare_requirements(reqs: Sequence[str], installed: Dict[str, Optional[str]]) -> List[dict]:
+    """{name, wants, have, ok} for each requirement against ``installed`` ({normalised name: version or
+    None}); ``ok`` is None where the version cannot be compared."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    rows = []
+    for text in reqs:
+        try:
+            req = Requirement(text)
+        except Exception:
+            continue
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        name = canonicalize_name(req.name)
+        have = installed.get(name)
+        try:
+            ok = have is not None and req.specifier.contains(have, prereleases=True)
+        except Exception:
+            ok = None
+        rows.append({"name": name, "wants": str(req.specifier) or "(any)", "have": have, "ok": ok})
+    return rows
+
+
+def _run(cmd, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
+    return proc
+
+
+_PROBE = r"""
+import importlib.metadata as md, json, sys
+names = json.loads(sys.argv[1])
+have = {}
+for n in names:
+    try:
+        have[n] = md.version(n)
+    except md.PackageNotFoundError:
+        have[n] = None
+import importlib.util as iu
+files = {m: (iu.find_spec(m) or type("", (), {"origin": None})).origin for m in ("sglang", "sglang_ddtree", "torch")}
+print(json.dumps({"installed": have, "files": files, "python": sys.version.split()[0]}))
+"""
+
+
+def make_suite_env(version: str, archive: str, base_python: str, workdir: str, lift_gate: bool) -> dict:
+    """Build the throw-away venv and the source snapshot under ``workdir``; facts about it (commit,
+    paths, the gate)."""
+    src, venv, dist = (os.path.join(workdir, d) for d in ("src", "venv", "dist"))
+    os.makedirs(src)
+    commit = _run(["git", "-C", REPO, "rev-parse", "HEAD"]).stdout.strip()
+    tar = subprocess.Popen(["git", "-C", REPO, "archive", "--format=tar", commit], stdout=subprocess.PIPE)
+    _run(["tar", "-x", "-C", src], stdin=tar.stdout)
+    assert tar.wait() == 0, "git archive failed"
+    gate = "kept (the plugin refuses this release)"
+    if lift_gate:
+        vpy = os.path.join(src, "python", "sglang_ddtree", "version.py")
+        text = lift_version_gate(open(vpy).read(), version)
+        open(vpy, "w").write(text)
+        gate = "lifted in the snapshot: " + re.search(r"^SUPPORTED_SGLANG_MAX_EXCLUSIVE = .*$", text, re.M).group()
+    base = json.loads(_run([base_python, "-c", "import sys, sysconfig, json; print(json.dumps([sys._base_executable, "
+                            "sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']]))"]).stdout)
+    _run([base[0], "-m", "venv", "--without-pip", venv])
+    site = json.loads(_run([os.path.join(venv, "bin", "python"), "-c", "import sysconfig, json; "
+                            "print(json.dumps(sysconfig.get_paths()['purelib']))"]).stdout)
+    # A hard-linked copy of the base's site-packages: a reinstall in the base venv while the suite runs
+    # (others use it) replaces files and so does not reach this copy. Its .pth files run (the torchvision
+    # shim), except an editable install's, which would put a live checkout on the path.
+    layers = []
+    for i, path in enumerate(dict.fromkeys(base[1:])):
+        copy = os.path.join(workdir, f"base-site{i}")
+        try:
+            _run(["cp", "-al", path, copy])
+            for pth in glob.glob(os.path.join(copy, "__editable__*.pth")):
+                os.remove(pth)
+            layers.append(copy)
+        except RuntimeError:  # another file system: the base itself, live
+            layers.append(path)
+    with open(os.path.join(site, "_base_site.pth"), "w") as f:
+        f.write("".join(f"import site; site.addsitedir({p!r})\n" for p in layers))
+    _run([base_python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, src])
+    ours = glob.glob(os.path.join(dist, "sglang_ddtree-*.whl"))
+    _run([base_python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--disable-pip-version-check",
+          "--target", site, archive, *ours])
+    return {"workdir": workdir, "src": src, "venv": venv, "site": site, "commit": commit, "version_gate": gate,
+            "base_python": base_python, "base_site": base[1], "layers": layers, "our_wheel": os.path.basename(ours[0])}
+
+
+def run_suite(version: str, cache: str, base_python: str, lift_gate: bool = True, keep: bool = False,
+              pytest_args: Sequence[str] = ()) -> dict:
+    """The CPU suite of HEAD against ``version`` (see this section's comment): the environment, the
+    release's pins against what that environment has, pytest's counts, each failure, and their causes."""
+    archive = fetch_release(version, cache)
+    with tempfile.TemporaryDirectory(prefix="meta-") as tmp:
+        metadata = unpack_metadata(archive, tmp)
+    workdir = tempfile.mkdtemp(prefix=f"sglang-suite-{version}-", dir="/tmp")
+    try:
+        env_facts = make_suite_env(version, archive, base_python, workdir, lift_gate)
+        py = os.path.join(env_facts["venv"], "bin", "python")
+        reqs = requirements(metadata)
+        from packaging.requirements import Requirement
+        from packaging.utils import canonicalize_name
+        names = sorted({canonicalize_name(Requirement(r).name) for r in reqs} | {"sglang", "sglang-ddtree"})
+        probe = json.loads(_run([py, "-c", _PROBE, json.dumps(names)], cwd=workdir).stdout)
+        rows = compare_requirements(reqs, probe["installed"])
+        pins = {r["name"]: r for r in rows if r["name"] in PINNED}
+        junit = os.path.join(workdir, "junit.xml")
+        cmd = [py, "-m", "pytest", "test", *SUITE_PYTEST, f"--junitxml={junit}", "-o", "junit_family=xunit1",
+               *pytest_args]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        env.update(VIRTUAL_ENV=env_facts["venv"], PATH=os.path.join(env_facts["venv"], "bin") + os.pathsep + env["PATH"])
+        t0 = time.time()
+        with open(os.path.join(workdir, "pytest.log"), "w") as log:
+            rc = subprocess.run(cmd, cwd=env_facts["src"], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        wall = time.time() - t0
+        text = open(os.path.join(workdir, "pytest.log"), encoding="utf-8", errors="replace").read()
+        failures = parse_junit(open(junit, encoding="utf-8").read()) if os.path.exists(junit) else []
+        result = {
+            "sglang": version, "archive": os.path.basename(archive), "date": datetime.date.today().isoformat(),
+            "commit": env_facts["commit"], "version_gate": env_facts["version_gate"],
+            "environment": {"how": "python -m venv --without-pip under /tmp; its site-packages: the release's wheel "
+                                   "and ours (pip install --no-deps --target); after it, by a .pth line, a hard-linked "
+                                   "copy of the base venv's site-packages (less its editable-install .pth) for every "
+                                   "other package",
+                            "base_python": base_python, "base_site": env_facts["base_site"],
+                            "base_layers": env_facts["layers"],
+                            "python": probe["python"], "imported_from": probe["files"],
+                            "our_wheel": env_facts["our_wheel"]},
+            "pins": pins,
+            "pin_mismatches": sorted(n for n, r in pins.items() if not r["ok"]),
+            "requirements_absent": sorted(r["name"] for r in rows if r["have"] is None and r["name"] not in PINNED),
+            "requirements_other_version": [r for r in rows if r["have"] is not None and not r["ok"]
+                                           and r["name"] not in PINNED],
+            "pytest": {"command": " ".join(["python", "-m", "pytest", "test", *SUITE_PYTEST, *pytest_args]),
+                       "rc": rc, "wall_s": round(wall, 1), "counts": parse_pytest_summary(text),
+                       "closing_line": next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")},
+            "failure_classes": classify(failures),
+            "failures": failures,
+        }
+        if not failures and rc not in (0, 5):
+            result["pytest"]["log_tail"] = text.splitlines()[-40:]
+        return result
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def unpack_metadata(archive: str, tmp: str) -> str:
+    """The METADATA text of a release archive (a wheel's dist-info, or what ``unpack`` reads)."""
+    if archive.endswith(".whl"):
+        with zipfile.ZipFile(archive) as z:
+            name = next(n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+            return z.read(name).decode("utf-8", "replace")
+    return unpack(archive, tmp)[1]
+
+
+def suite_summary(result: dict) -> str:
+    c, p = result["pytest"]["counts"], result["pins"]
+    pins = ", ".join(f"{n} wants {r['wants']} has {r['have']}" + ("" if r["ok"] else " (MISMATCH)")
+                     for n, r in sorted(p.items()))
+    lines = [f"{result['sglang']}  suite rc {result['pytest']['rc']}  "
+             + "  ".join(f"{k} {v}" for k, v in c.items()) + f"  [{pins}]"]
+    for g in result["failure_classes"]:
+        lines.append(f"    {g['count']:>4}  {g['cause']}  ({', '.join(g['our_modules'][:4]) or 'no frame of ours'})")
+    return "\n".join(lines)
+
+
 # ---- report ---------------------------------------------------------------------------------------
 def _describe(r: dict) -> str:
     if r["status"] == MOVED:
@@ -700,13 +1019,33 @@ def to_json(obj, depth: int = 0) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("versions", nargs="+", help="SGLang releases, e.g. 0.5.16 0.5.17 (the first is the baseline "
+    ap.add_argument("versions", nargs="*", help="SGLang releases, e.g. 0.5.16 0.5.17 (the first is the baseline "
                                                 "for the parameter-list notes)")
     ap.add_argument("--out", help="write the JSON report here")
     ap.add_argument("--cache", default=DEFAULT_CACHE, help=f"where releases are downloaded (default {DEFAULT_CACHE})")
+    ap.add_argument("--run-suite", action="store_true",
+                    help="instead of the static scan: run the CPU suite (HEAD) against each release in a venv under "
+                         "/tmp (the release's sglang + our wheel over the base venv's packages)")
+    ap.add_argument("--suite-out", help="with --run-suite: write the result here ('{version}' is replaced; needed "
+                                        "for more than one release)")
+    ap.add_argument("--base-venv", default=os.path.join(REPO, ".venv"),
+                    help="with --run-suite: the venv whose packages (torch, transformers, pytest ...) it uses, read only")
+    ap.add_argument("--keep-version-gate", action="store_true",
+                    help="with --run-suite: leave version.py's range as it is (the plugin then refuses the release)")
+    ap.add_argument("--keep-env", action="store_true", help="with --run-suite: keep the /tmp environment and log")
+    ap.add_argument("--pytest-args", default="", help="with --run-suite: extra pytest arguments, one string")
+    ap.add_argument("--reclassify", metavar="RESULT_JSON",
+                    help="re-group a written --run-suite result's failures by the current CAUSES and rewrite it")
+    ap.add_argument("--junit", help="with --reclassify: re-read the failures from this junit.xml (a --keep-env run's)")
     args = ap.parse_args(argv)
-    symbols = compat.symbols()
     command = "python scripts/check_upstream.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.reclassify:
+        return _reclassify(args.reclassify, args.junit, command)
+    if not args.versions:
+        ap.error("give at least one release")
+    if args.run_suite:
+        return _main_suite(args, command)
+    symbols = compat.symbols()
     report = {"command": command, "date": datetime.date.today().isoformat(), "symbols": len(symbols),
               "baseline": args.versions[0],
               "statuses": list(STATUSES), "releases": {}}
@@ -725,6 +1064,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(to_json(report) + "\n")
     return 0 if all(r["counts"][MISSING] + r["counts"][CHANGED] == 0 for r in report["releases"].values()) else 1
+
+
+def _reclassify(path: str, junit: Optional[str], command: str) -> int:
+    with open(path, encoding="utf-8") as f:
+        result = json.load(f)
+    if junit:
+        result["failures"] = parse_junit(open(junit, encoding="utf-8").read())
+    result["failure_classes"] = classify(result["failures"])
+    result["reclassified"] = {"command": command, "date": datetime.date.today().isoformat()}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(suite_summary(result))
+    return 0
+
+
+def _main_suite(args, command: str) -> int:
+    if len(args.versions) > 1 and args.suite_out and "{version}" not in args.suite_out:
+        raise SystemExit("--suite-out needs '{version}' in it for more than one release")
+    base_python = os.path.join(args.base_venv, "bin", "python")
+    rc = 0
+    for version in args.versions:
+        result = dict(command=command, **run_suite(version, args.cache, base_python, not args.keep_version_gate,
+                                                   args.keep_env, args.pytest_args.split()))
+        print(suite_summary(result))
+        if args.suite_out:
+            with open(args.suite_out.replace("{version}", version), "w", encoding="utf-8") as f:
+                json.dump(result, f, indent=1)
+                f.write("\n")
+        rc |= result["pytest"]["rc"] != 0
+    return int(rc)
 
 
 if __name__ == "__main__":

@@ -295,3 +295,98 @@ def test_installed_sglang_reads_all_ok():
            if r["status"] != ("ok" if r["path"].startswith("sglang.") else "not-checked")]
     assert not bad, "\n".join(bad)
     assert sum(r["status"] == "ok" for r in results) > 200
+
+
+# ---- --run-suite: its pure parts (nothing installed, no pytest run) ----------------------------------
+@pytest.mark.parametrize("text, want", [
+    ("....\n== 2 failed, 10 passed, 1 skipped, 3 errors in 9.12s ==\n", {"failed": 2, "passed": 10, "skipped": 1, "error": 3}),
+    ("FAILED test/a.py::t - x\n3 failed, 700 passed, 25 deselected, 1 warning in 912.50s (0:15:12)\n",
+     {"failed": 3, "passed": 700, "deselected": 25, "warning": 1}),
+    ("1 error in 0.5s\n", {"error": 1}),
+    ("collected 0 items\n\n== no tests ran in 0.01s ==\n", {}),
+    ("Traceback (most recent call last):\nKeyboardInterrupt\n", {}),  # died before its closing line
+    ("4 passed in 1.0s\nsome later line in 2s\n", {"passed": 4}),  # only a real summary counts
+])
+def test_pytest_summary_line(text, want):
+    assert cu.parse_pytest_summary(text) == want
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1" failures="2">
+<testcase classname="test.worker.test_worker" name="test_ok" file="test/worker/test_worker.py" time="0.1"/>
+<testcase classname="test.worker.test_worker" name="test_widths[4]" file="test/worker/test_worker.py" time="0.2">
+<failure message="TypeError: create_dummy_verify_input() got an unexpected keyword argument 'server_args'">def test_widths():
+&gt;       run()
+/tmp/sglang-suite-0.5.18-x/venv/lib/python3.11/site-packages/sglang_ddtree/worker/graph.py:41: in run
+    create_dummy_verify_input(server_args=args)
+E       TypeError: create_dummy_verify_input() got an unexpected keyword argument 'server_args'
+</failure></testcase>
+<testcase classname="test.plugin.test_registration.TestLoad" name="test_fresh" file="test/plugin/test_registration.py">
+<failure message="AssertionError: Traceback (most recent call last):">&gt;       assert proc.returncode == 0, proc.stderr
+E       AssertionError: Traceback (most recent call last):
+E           File "/tmp/s/venv/lib/python3.11/site-packages/sglang_ddtree/plugin.py", line 70, in register
+E           File "/tmp/s/venv/lib/python3.11/site-packages/sglang/srt/server_args.py", line 9, in f
+E         AttributeError: type object 'ServerArgs' has no attribute 'override'
+E       assert 1 == 0
+</failure></testcase>
+<testcase classname="test.tree.test_build" name="test_heap" file="test/tree/test_build.py">
+<error message="failed on setup with &quot;ImportError: cannot import name 'X'&quot;">E   ImportError: cannot import name 'X' from 'sglang.srt.y' (/tmp/s/venv/lib/python3.11/site-packages/sglang/srt/y.py)
+</error></testcase>
+</testsuite></testsuites>"""
+
+
+def test_junit_failures_and_their_frames():
+    got = cu.parse_junit(JUNIT)
+    assert [(f["test"], f["outcome"]) for f in got] == [
+        ("test/worker/test_worker.py::test_widths[4]", "failed"),
+        ("test/plugin/test_registration.py::TestLoad::test_fresh", "failed"),
+        ("test/tree/test_build.py::test_heap", "error")]
+    assert got[0]["ours"] == "sglang_ddtree/worker/graph.py:41" and got[0]["upstream"] is None
+    assert got[0]["root_error"].startswith("TypeError: create_dummy_verify_input()")
+    # the child's error, not the test's AssertionError around its stderr
+    assert got[1]["root_error"] == "AttributeError: type object 'ServerArgs' has no attribute 'override'"
+    assert got[1]["ours"] == "sglang_ddtree/plugin.py:70" and got[1]["upstream"] == "sglang/srt/server_args.py:9"
+    assert got[2]["root_error"].startswith("ImportError: cannot import name 'X'")
+
+
+def test_failures_grouped_by_cause():
+    failures = cu.parse_junit(JUNIT) + [dict(cu.parse_junit(JUNIT)[0], test="test/worker/test_worker.py::test_widths[8]")]
+    causes = [("server_args dropped", r"unexpected keyword argument 'server_args'", "0.5.18")]
+    groups = cu.classify(failures, causes)
+    assert [(g["cause"], g["count"]) for g in groups][0] == ("server_args dropped", 2)
+    assert groups[0]["our_modules"] == ["sglang_ddtree/worker/graph.py"] and groups[0]["what"] == "0.5.18"
+    unclassified = {g["cause"] for g in groups[1:]}  # numbers and /tmp paths blurred
+    assert unclassified == {"unclassified: AttributeError: type object 'ServerArgs' has no attribute 'override'",
+                            "unclassified: ImportError: cannot import name 'X' from 'sglang.srt.y' (sglang/srt/y.py)"}
+    assert all(g["cause"].startswith("artefact") for g in cu.classify(
+        [dict(failures[0], test="test/plugin/test_registration.py::test_supported_range_is_stated_once")]))
+
+
+def _max_exclusive():
+    from sglang_ddtree.version import SUPPORTED_SGLANG_MAX_EXCLUSIVE
+    return SUPPORTED_SGLANG_MAX_EXCLUSIVE
+
+
+def test_version_gate_lifted_in_the_snapshot():
+    text = open(os.path.join(ROOT, "python", "sglang_ddtree", "version.py")).read()
+    lifted = cu.lift_version_gate(text, "0.5.23")
+    assert 'SUPPORTED_SGLANG_MAX_EXCLUSIVE = "0.5.24"' in lifted
+    assert lifted.replace('"0.5.24"', "X") == text.replace(f'"{_max_exclusive()}"', "X")  # nothing else changes
+    assert 'MAX_EXCLUSIVE = "0.5.18"' in cu.lift_version_gate(text, "0.5.17.post1")
+
+
+def test_requirements_against_what_is_installed():
+    metadata = textwrap.dedent("""\
+        Requires-Dist: torch==2.11.0
+        Requires-Dist: Transformers==5.12.1
+        Requires-Dist: flashinfer_python[cu13]==0.6.14
+        Requires-Dist: numpy
+        Requires-Dist: pytest; extra == "test"
+        Requires-Dist: pywin32; sys_platform == "win32"
+    """)
+    reqs = cu.requirements(metadata)
+    assert len(reqs) == 5  # the extra's line is not the release's own requirement
+    rows = cu.compare_requirements(reqs, {"torch": "2.13.0+cpu", "transformers": "5.12.1", "numpy": "2.1.0"})
+    assert rows == [{"name": "torch", "wants": "==2.11.0", "have": "2.13.0+cpu", "ok": False},
+                    {"name": "transformers", "wants": "==5.12.1", "have": "5.12.1", "ok": True},
+                    {"name": "flashinfer-python", "wants": "==0.6.14", "have": None, "ok": False},
+                    {"name": "numpy", "wants": "(any)", "have": "2.1.0", "ok": True}]  # win32 marker: not here
