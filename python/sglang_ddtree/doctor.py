@@ -211,6 +211,11 @@ def check_gpu() -> Check:
 
         if not fa3_library_installed():
             detail += "; sgl_kernel's FA3 library (flash_ops) is NOT installed, so fa3 is unavailable here"
+        else:
+            from sglang_ddtree.worker import fa3_tree
+
+            detail += (f"; fa3 tree verify: {'DDTREE fused tree attention' if fa3_tree.enabled() else 'upstream cascade'}"
+                       f" ({fa3_tree.ENV}={'1' if fa3_tree.enabled() else '0'})")
     return Check("GPU", "OK", detail)
 
 

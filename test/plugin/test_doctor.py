@@ -162,3 +162,20 @@ def test_gpu_check_names_the_backends_and_a_missing_fa3_library(monkeypatch, fa3
     check = doctor.check_gpu()
     assert check.status == "OK" and "triton (default), flashinfer, fa3" in check.detail
     assert ("FA3 library (flash_ops) is NOT installed" in check.detail) is (not fa3_installed)
+
+
+@pytest.mark.parametrize("switch", ["", "1"])
+def test_gpu_check_says_which_fa3_tree_verify_runs(monkeypatch, switch):
+    import torch
+
+    from sglang_ddtree import backends, doctor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    monkeypatch.setattr(backends, "fa3_library_installed", lambda: True)
+    monkeypatch.setenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", switch)
+    detail = doctor.check_gpu().detail
+    want = ("DDTREE fused tree attention (SGLANG_DDTREE_FA3_TREE_ATTENTION=1)" if switch else
+            "upstream cascade (SGLANG_DDTREE_FA3_TREE_ATTENTION=0)")
+    assert f"fa3 tree verify: {want}" in detail
