@@ -18,7 +18,7 @@ entries.
 
     python scripts/check_upstream.py 0.5.17 --run-suite --suite-out FILE [--keep-env] [--keep-version-gate]
 
-Instead runs the CPU suite of HEAD (``git archive``, so not the work tree's edits) against the release:
+Instead runs the CPU suite of HEAD (``git archive``, so not the work tree's edits; ``--commit REV``) against the release:
 a venv under /tmp holding that sglang wheel and our wheel (``--no-deps``), over a hard-linked copy of
 the base venv's site-packages (``--base-venv``, default .venv, only read) for torch, transformers and
 the rest. The snapshot's ``version.py`` range is raised past the release (unless --keep-version-gate),
@@ -852,12 +852,13 @@ print(json.dumps({"installed": have, "files": files, "python": sys.version.split
 """
 
 
-def make_suite_env(version: str, archive: str, base_python: str, workdir: str, lift_gate: bool) -> dict:
+def make_suite_env(version: str, archive: str, base_python: str, workdir: str, lift_gate: bool,
+                   rev: str = "HEAD") -> dict:
     """Build the throw-away venv and the source snapshot under ``workdir``; facts about it (commit,
     paths, the gate)."""
     src, venv, dist = (os.path.join(workdir, d) for d in ("src", "venv", "dist"))
     os.makedirs(src)
-    commit = _run(["git", "-C", REPO, "rev-parse", "HEAD"]).stdout.strip()
+    commit = _run(["git", "-C", REPO, "rev-parse", "--verify", f"{rev}^{{commit}}"]).stdout.strip()
     tar = subprocess.Popen(["git", "-C", REPO, "archive", "--format=tar", commit], stdout=subprocess.PIPE)
     _run(["tar", "-x", "-C", src], stdin=tar.stdout)
     assert tar.wait() == 0, "git archive failed"
@@ -896,7 +897,7 @@ def make_suite_env(version: str, archive: str, base_python: str, workdir: str, l
 
 
 def run_suite(version: str, cache: str, base_python: str, lift_gate: bool = True, keep: bool = False,
-              pytest_args: Sequence[str] = ()) -> dict:
+              pytest_args: Sequence[str] = (), rev: str = "HEAD") -> dict:
     """The CPU suite of HEAD against ``version`` (see this section's comment): the environment, the
     release's pins against what that environment has, pytest's counts, each failure, and their causes."""
     archive = fetch_release(version, cache)
@@ -904,7 +905,7 @@ def run_suite(version: str, cache: str, base_python: str, lift_gate: bool = True
         metadata = unpack_metadata(archive, tmp)
     workdir = tempfile.mkdtemp(prefix=f"sglang-suite-{version}-", dir="/tmp")
     try:
-        env_facts = make_suite_env(version, archive, base_python, workdir, lift_gate)
+        env_facts = make_suite_env(version, archive, base_python, workdir, lift_gate, rev)
         py = os.path.join(env_facts["venv"], "bin", "python")
         reqs = requirements(metadata)
         from packaging.requirements import Requirement
@@ -1032,6 +1033,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="with --run-suite: the venv whose packages (torch, transformers, pytest ...) it uses, read only")
     ap.add_argument("--keep-version-gate", action="store_true",
                     help="with --run-suite: leave version.py's range as it is (the plugin then refuses the release)")
+    ap.add_argument("--commit", default="HEAD", help="with --run-suite: the revision whose suite runs (default HEAD)")
     ap.add_argument("--keep-env", action="store_true", help="with --run-suite: keep the /tmp environment and log")
     ap.add_argument("--pytest-args", default="", help="with --run-suite: extra pytest arguments, one string")
     ap.add_argument("--reclassify", metavar="RESULT_JSON",
@@ -1087,7 +1089,7 @@ def _main_suite(args, command: str) -> int:
     rc = 0
     for version in args.versions:
         result = dict(command=command, **run_suite(version, args.cache, base_python, not args.keep_version_gate,
-                                                   args.keep_env, args.pytest_args.split()))
+                                                   args.keep_env, args.pytest_args.split(), args.commit))
         print(suite_summary(result))
         if args.suite_out:
             with open(args.suite_out.replace("{version}", version), "w", encoding="utf-8") as f:
