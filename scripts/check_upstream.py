@@ -680,9 +680,42 @@ _SUMMARY_WORDS = ("failed", "passed", "skipped", "deselected", "xfailed", "xpass
 # Causes we know, matched (re.search) against a failure's error lines and traceback: (name, regex, what).
 # Filled from the tracebacks of the recorded runs; anything unmatched is grouped by its error line.
 CAUSES: Tuple[Tuple[str, str, str], ...] = (
+    ("0.5.20+: ServerArgs is a msgspec struct", r"readonly attribute",
+     "server_args.py's DDTreeServerArgs (a @dataclass subclass of ServerArgs) fails at import (dataclasses sets "
+     "__match_args__ on the struct): register() raises, so DDTREE, its flags and its hooks are absent"),
+    ("compat entries that do not resolve", r"do not resolve|test_installed_sglang_reads_all_ok|"
+     r"test_the_doctor_leaves_only_sgl_kernel_unchecked",
+     "compat.py's symbol list against the installed release (the static scan's missing / moved entries)"),
+    ("cascade: DDTREE not registered (after the msgspec ServerArgs break)",
+     r"Unknown speculative algorithm name: (DDTREE|ddtree)|Unexpected keyword argument 'speculative_ddtree|"
+     r"has no attribute 'speculative_ddtree|speculative-ddtree|DID NOT RAISE (SystemExit|ValueError)|"
+     r"usage: sglang serve|SystemExit: 2|test_scheduler_sees_the_hook_after_plugin_loading",
+     "flags, validation and the scheduler hook that register() would have installed"),
+    ("0.5.17+: runtime context, 'spec' namespace", r"config namespace 'spec' not published",
+     "upstream's SchedulerMetricsReporter.report_decode_stats / request meta info read get_spec(); "
+     "test/worker/test_observability.py's stand-in scheduler publishes no ServerArgs (through worker/metrics.py)"),
+    ("0.5.17+: runtime context in the upstream DFlash reference check",
+     r"declared NS\('\w+'\) but absent from the published ServerArgs|config namespace 'parallel' not published",
+     "test/reference/upstream_dflash_check.py publishes a partial ServerArgs (0.5.17: projected fields absent) / "
+     "no 'parallel' namespace before initialize_model_parallel (0.5.23)"),
+    ("0.5.23: SchedulerMetricsReporter.spec_num_correct_drafts gone", r"spec_num_correct_drafts",
+     "worker/metrics.py's report_decode_stats wrapper reads it (upstream: num_correct_drafts -> num_generated_tokens)"),
+    ("0.5.23: upstream DFLASH request refusals gone", r"'NoneType' object has no attribute 'startswith'",
+     "dflash_utils.validate_dflash_request now refuses only return_hidden_states with overlap; the tests expect "
+     "upstream's DFLASH logprob refusal that worker/request_checks.py passes through"),
+    ("0.5.23: trtllm_mha_page_table moved", r"No module named 'sglang\.kernels\.ops\.kvcache\.trtllm_mha_page_table",
+     "worker/fa3_tree.py imports sglang.kernels.ops.kvcache.trtllm_mha_page_table; now "
+     "sglang.kernels.ops.attention.trtllm_mha_page_table"),
     ("artefact: version gate lifted", r"test_supported_range_is_stated_once|"
-     r"test_unsupported_sglang_version_is_a_clear_runtime_error",
+     r"test_unsupported_sglang_version_is_a_clear_runtime_error|test_sglang_outside_the_range_fails_with_the_fix",
      "tests of version.py's range itself, which --run-suite raises in its snapshot (not a break)"),
+    ("artefact: wheel built in the snapshot", r"the wheel build must not write into the checkout",
+     "--run-suite built our wheel inside its snapshot and left build/ there (fixed: it now removes it)"),
+    ("not version-related: ancestor_bits_kernel has no offline-compile case",
+     r"ancestor_bits_kernel: no specialisation listed|test_every_kernel_needs_a_listed_specialisation",
+     "the tested commit's scripts/dev/compile_kernels_offline.py lacked fa3's fused kernels (added in d0049f1)"),
+    ("not version-related: a wall-clock ratio on a loaded machine", r"test_sweep_end_to_end",
+     "test/benchmark/test_bench_serving.py's fake-server throughput ratio (1.26 vs > 1.3) while 4 suites shared 2 cores"),
 )
 
 
@@ -746,7 +779,7 @@ def parse_junit(xml_text: str, head_lines: int = 12) -> List[dict]:
     return out
 
 
-_EXC_LINE = re.compile(r"^(?:E\s)?\s*((?:\w+\.)*\w*(?:Error|Exception|Exit)\b(?::.*)?)$", re.M)
+_EXC_LINE = re.compile(r"^(?:E\s)?\s*(?:\[rank\d+\]:\s*)?((?:\w+\.)*\w*(?:Error|Exception|Exit)\b(?::.*)?)$", re.M)
 
 
 def root_error(text: str, message: str = "") -> str:
@@ -889,6 +922,9 @@ def make_suite_env(version: str, archive: str, base_python: str, workdir: str, l
     with open(os.path.join(site, "_base_site.pth"), "w") as f:
         f.write("".join(f"import site; site.addsitedir({p!r})\n" for p in layers))
     _run([base_python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, src])
+    shutil.rmtree(os.path.join(src, "build"), ignore_errors=True)  # as setup_env.sh: the suite checks the
+    for egg in glob.glob(os.path.join(src, "python", "*.egg-info")):  # checkout holds no build output
+        shutil.rmtree(egg, ignore_errors=True)
     ours = glob.glob(os.path.join(dist, "sglang_ddtree-*.whl"))
     _run([base_python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--disable-pip-version-check",
           "--target", site, archive, *ours])
