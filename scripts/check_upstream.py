@@ -698,12 +698,12 @@ CAUSES: Tuple[Tuple[str, str, str], ...] = (
      r"declared NS\('\w+'\) but absent from the published ServerArgs|config namespace 'parallel' not published",
      "test/reference/upstream_dflash_check.py publishes a partial ServerArgs (0.5.17: projected fields absent) / "
      "no 'parallel' namespace before initialize_model_parallel (0.5.23)"),
-    ("0.5.23: SchedulerMetricsReporter.spec_num_correct_drafts gone", r"spec_num_correct_drafts",
+    ("by 0.5.23: SchedulerMetricsReporter.spec_num_correct_drafts gone", r"spec_num_correct_drafts",
      "worker/metrics.py's report_decode_stats wrapper reads it (upstream: num_correct_drafts -> num_generated_tokens)"),
-    ("0.5.23: upstream DFLASH request refusals gone", r"'NoneType' object has no attribute 'startswith'",
+    ("0.5.18+: upstream DFLASH request refusals gone", r"'NoneType' object has no attribute 'startswith'",
      "dflash_utils.validate_dflash_request now refuses only return_hidden_states with overlap; the tests expect "
      "upstream's DFLASH logprob refusal that worker/request_checks.py passes through"),
-    ("0.5.23: trtllm_mha_page_table moved", r"No module named 'sglang\.kernels\.ops\.kvcache\.trtllm_mha_page_table",
+    ("by 0.5.23: trtllm_mha_page_table moved", r"No module named 'sglang\.kernels\.ops\.kvcache\.trtllm_mha_page_table",
      "worker/fa3_tree.py imports sglang.kernels.ops.kvcache.trtllm_mha_page_table; now "
      "sglang.kernels.ops.attention.trtllm_mha_page_table"),
     ("artefact: version gate lifted", r"test_supported_range_is_stated_once|"
