@@ -64,11 +64,6 @@ def backend_serves_ddtree(backend) -> bool:
             and is_validated_ddtree_args(get_server_args()))
 
 
-def words_per_row(num_rows: int) -> int:
-    """NW: 32-bit words of one row's ancestor bits (N = num_rows columns)."""
-    return -(-int(num_rows) // 32)
-
-
 # Static bit buffers of this process's target fa3 backends (one per backend that captured verify graphs).
 _STATIC_BACKENDS: list = []
 
@@ -82,10 +77,12 @@ def init_cuda_graph_state(original, backend, max_bs: int, max_num_tokens: int, *
     """Upstream's graph buffers, plus the static ancestor-bit buffer the captured tree kernel reads."""
     import torch
 
+    from sglang_ddtree.worker.tree_attention import num_words
+
     out = original(backend, max_bs, max_num_tokens, *args, **kwargs)
     if backend_serves_ddtree(backend):
         n = int(backend.speculative_num_draft_tokens)
-        setattr(backend, STATIC_BITS, torch.zeros((int(max_num_tokens), words_per_row(n)), dtype=torch.int32,
+        setattr(backend, STATIC_BITS, torch.zeros((int(max_num_tokens), num_words(n)), dtype=torch.int32,
                                                   device=backend.device))
         if backend not in _STATIC_BACKENDS:
             _STATIC_BACKENDS.append(backend)
