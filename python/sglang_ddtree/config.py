@@ -32,6 +32,11 @@ DEFAULT_TOPK = 8
 MIN_TOPK = 1
 MAX_TOPK = 64
 
+# --speculative-ddtree-budget auto: each round picks its verify budget from a bucket set (0 = no drafting,
+# 2^k - 1 up to AUTO_MAX_BUDGET) by expected committed tokens per second (``sglang_ddtree.width_policy``).
+AUTO = "auto"
+AUTO_MAX_BUDGET = 63
+
 BUDGET_FLAG = "--speculative-ddtree-budget"
 TOPK_FLAG = "--speculative-ddtree-topk"
 
@@ -53,8 +58,48 @@ def _check_int(flag: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
-def check_budget(value: Any) -> int:
+def check_budget(value: Any, *, allow_auto: bool = False):
+    """An int in [MIN_BUDGET, MAX_BUDGET] (or, with ``allow_auto``, "auto" in any case: returns ``AUTO``)."""
+    if allow_auto and isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if allow_auto and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DDTreeArgumentError(
+            f"{BUDGET_FLAG} must be an integer in [{MIN_BUDGET}, {MAX_BUDGET}] or '{AUTO}', got {value!r} "
+            f"({type(value).__name__})."
+        )
     return _check_int(BUDGET_FLAG, value, MIN_BUDGET, MAX_BUDGET)
+
+
+def bucket_budgets(max_budget: int, *, smallest: int = 1) -> tuple:
+    """The candidate budgets for ``max_budget``, ascending: 0 (no drafting), every 2^k - 1 from ``smallest``
+    below ``max_budget``, and ``max_budget`` itself; e.g. 64 -> (0, 1, 3, 7, 15, 31, 63, 64).
+
+    2^k - 1 because a round verifies budget + 1 tokens per request and the target's GEMMs tile the token
+    dimension in powers of two: on the H200 at the Qwen3-8B shape, batch 32, DDTREE budget 16 (544 verify
+    tokens) spent 3.5 ms more in the verify forward than DFLASH's 512 (``benchmark/results``, session 6)."""
+    if max_budget < 1:
+        raise ValueError(f"max_budget must be >= 1, got {max_budget}")
+    out, n = [0], 2
+    while n - 1 < max_budget:
+        if n - 1 >= smallest:
+            out.append(n - 1)
+        n *= 2
+    out.append(int(max_budget))
+    return tuple(out)
+
+
+def parse_budget_arg(text: str):
+    """argparse ``type=`` of --speculative-ddtree-budget: an integer or "auto"; the range is checked at
+    validation (``check_budget``), which names the flag."""
+    import argparse
+
+    stripped = text.strip()
+    if stripped.lower() == AUTO:
+        return AUTO
+    try:
+        return int(stripped)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: an integer or '{AUTO}'") from None
 
 
 def check_topk(value: Any) -> int:
@@ -85,14 +130,17 @@ def is_validated_ddtree_args(server_args: Any) -> bool:
 class DDTreeConfig:
     """What one DDTree round needs to know, fixed for the server's lifetime (all Python ints).
 
-    budget:     draft-tree nodes per request (verify width is ``budget + 1`` with the root).
+    budget:     draft-tree nodes per request (verify width is ``budget + 1`` with the root); with
+                ``adaptive`` the largest budget a round may verify (every static shape is sized by it).
     topk:       max children per node (top-K draft tokens per block position); at most ``budget``.
     block_size: DFlash block size L of the drafter; the draft forward sees [bonus, mask x (L-1)].
+    adaptive:   ``--speculative-ddtree-budget auto``: each round verifies one of ``buckets``.
     """
 
     budget: int
     topk: int
     block_size: int
+    adaptive: bool = False
 
     def __post_init__(self):
         check_budget(self.budget)
@@ -109,6 +157,15 @@ class DDTreeConfig:
     def num_verify_tokens(self) -> int:
         """N: tokens per request in the target's verify forward (the root plus every tree node)."""
         return self.budget + 1
+
+    @property
+    def buckets(self) -> tuple:
+        """The budgets a round may verify, ascending: (budget,) for a fixed budget; with ``adaptive`` 0 (no
+        drafting: the round is one target step committing the bonus token) and every 2^k - 1 up to the
+        budget (``width_policy.bucket_budgets``)."""
+        if not self.adaptive:
+            return (self.budget,)
+        return bucket_budgets(self.budget)
 
     @property
     def max_depth(self) -> int:
@@ -141,8 +198,11 @@ class DDTreeConfig:
         ``ValueError`` for server args that did not pass DDTREE validation."""
         if not is_validated_ddtree_args(server_args):
             raise ValueError("DDTreeConfig.from_server_args needs server args validated for DDTREE.")
+        budget = server_args.speculative_ddtree_budget
+        adaptive = isinstance(budget, str) and budget.strip().lower() == AUTO
         return cls(
-            budget=int(server_args.speculative_ddtree_budget),
+            budget=AUTO_MAX_BUDGET if adaptive else int(budget),
             topk=int(server_args.speculative_ddtree_topk),
             block_size=int(server_args.speculative_dflash_block_size),
+            adaptive=adaptive,
         )

@@ -13,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from typing import Optional
+from typing import Optional, Union
 
 from sglang.srt.arg_groups.arg_utils import A, Arg
 from sglang.srt.server_args import ServerArgs
 
 from sglang_ddtree.backends import DEFAULT_REASON, DEFAULT_TARGET_ATTENTION_BACKEND, TESTED_TARGET_ATTENTION_BACKENDS
 from sglang_ddtree.config import (
+    AUTO,
+    AUTO_MAX_BUDGET,
     DEFAULT_BUDGET,
     DEFAULT_TOPK,
     DDTreeArgumentError,
@@ -28,6 +30,7 @@ from sglang_ddtree.config import (
     MIN_BUDGET,
     MIN_TOPK,
     is_ddtree,
+    parse_budget_arg,
 )
 
 logger = logging.getLogger(__name__)
@@ -41,12 +44,15 @@ class DDTreeServerArgs(ServerArgs):
     """Upstream ``ServerArgs`` plus the DDTREE flags (see the module docstring)."""
 
     speculative_ddtree_budget: A[
-        Optional[int],
+        Optional[Union[int, str]],
         Arg(
             help="DDTREE only. Number of draft-tree nodes verified per request and round (the root "
             "token is extra, so the target verifies budget + 1 tokens per request). Larger trees "
             "accept more tokens per round but cost more verify compute; the best value shrinks as "
-            f"the batch grows. Range [{MIN_BUDGET}, {MAX_BUDGET}]; default {DEFAULT_BUDGET}.",
+            f"the batch grows. Range [{MIN_BUDGET}, {MAX_BUDGET}], or '{AUTO}': every round picks "
+            f"the budget (0 = no drafting, 1, 3, 7, ... {AUTO_MAX_BUDGET}) with the most expected "
+            f"tokens per second for the batch, from costs measured on this GPU; default {DEFAULT_BUDGET}.",
+            type_parser=parse_budget_arg,
         ),
     ] = None
     speculative_ddtree_topk: A[

@@ -9,6 +9,8 @@ Mapping (DESIGN.md): the draft keeps DFLASH's block of size L; the target verifi
 tokens per request with fan-out ``topk``:
     speculative_num_steps = 1, speculative_eagle_topk = topk,
     speculative_num_draft_tokens = budget + 1, speculative_dflash_block_size = L.
+With ``--speculative-ddtree-budget auto`` the field keeps "auto" and every width-sized field is sized by the
+largest bucket (``config.AUTO_MAX_BUDGET``); each round verifies one bucket (``worker.widths``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from sglang_ddtree.backends import (
     tested_backends_text,
 )
 from sglang_ddtree.config import (
+    AUTO,
+    AUTO_MAX_BUDGET,
     BUDGET_FLAG,
     DEFAULT_BUDGET,
     DEFAULT_TOPK,
@@ -50,7 +54,9 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     DDTREE cannot honour yet.
     """
     _reject_hand_set_derived_fields(server_args)
-    budget = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", DEFAULT_BUDGET))
+    requested = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", DEFAULT_BUDGET),
+                             allow_auto=True)
+    budget = AUTO_MAX_BUDGET if requested == AUTO else requested  # auto: the largest bucket sizes every shape
     topk = check_topk(_value_or_default(server_args, "speculative_ddtree_topk", DEFAULT_TOPK))
     if topk > budget:
         logger.warning(
@@ -58,10 +64,15 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
             TOPK_FLAG, topk, BUDGET_FLAG, budget, budget, TOPK_FLAG, budget,
         )
         topk = budget
-    server_args.speculative_ddtree_budget = budget
+    server_args.speculative_ddtree_budget = requested
     server_args.speculative_ddtree_topk = topk
 
     _check_platform_and_parallelism(server_args)
+    if requested == AUTO and server_args.tp_size > 1:
+        raise DDTreeArgumentError(
+            f"{BUDGET_FLAG} {AUTO} is not supported with --tp-size > 1 yet (every rank would time its own rounds "
+            f"and could pick a different width), got --tp-size {server_args.tp_size}; use a fixed budget."
+        )
     _check_target_attention_backends(server_args)
     _check_unsupported_features(server_args)
     if server_args.speculative_draft_model_path is None:
@@ -85,8 +96,9 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     server_args.speculative_num_draft_tokens = budget + 1
     config = DDTreeConfig.from_server_args(server_args)
     logger.info(
-        "DDTREE: budget=%d topk=%d drafter block size=%d (tree depth <= %d, verify width %d tokens/request).",
-        budget, topk, block_size, config.max_depth, config.num_verify_tokens,
+        "DDTREE: budget=%s topk=%d drafter block size=%d (tree depth <= %d, verify width %s tokens/request).",
+        f"auto (buckets {list(config.buckets)})" if config.adaptive else budget, topk, block_size,
+        config.max_depth, f"<= {config.num_verify_tokens}" if config.adaptive else config.num_verify_tokens,
     )
     return config
 

@@ -27,42 +27,37 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, NamedTuple, Optional, Sequence
 
 import torch
 
-
-def bucket_budgets(max_budget: int, *, smallest: int = 1) -> tuple:
-    """The candidate budgets for ``max_budget``, ascending: 0 (no drafting), every 2^k - 1 from ``smallest``
-    below ``max_budget``, and ``max_budget`` itself; e.g. 64 -> (0, 1, 3, 7, 15, 31, 63, 64).
-
-    2^k - 1 because a round verifies budget + 1 tokens per request and the target's GEMMs tile the token
-    dimension in powers of two: on the H200 at the Qwen3-8B shape, batch 32, DDTREE budget 16 (544 verify
-    tokens) spent 3.5 ms more in the verify forward than DFLASH's 512 (``benchmark/results``, session 6)."""
-    if max_budget < 1:
-        raise ValueError(f"max_budget must be >= 1, got {max_budget}")
-    out, n = [0], 2
-    while n - 1 < max_budget:
-        if n - 1 >= smallest:
-            out.append(n - 1)
-        n *= 2
-    out.append(int(max_budget))
-    return tuple(out)
+from sglang_ddtree.config import bucket_budgets  # noqa: F401  (re-exported: the policy's bucket set)
 
 
-def expected_drafts_at(scores: torch.Tensor, budgets: Sequence[int]) -> torch.Tensor:
+def expected_drafts_at(scores: torch.Tensor, budgets: Sequence[int], *, index: Optional[torch.Tensor] = None
+                       ) -> torch.Tensor:
     """Expected accepted drafts of each request's budget-b tree, for every b in ``budgets``, from one tree of
     a budget >= max(budgets): the sum of exp(score) over its b best-scoring nodes (0 for b = 0; fewer real
     nodes than b: all of them). Shape: scores [bs, N] float32 (``Tree.scores``: row 0 the root, pads -inf)
-    -> [bs, len(budgets)] float32. No host sync."""
+    -> [bs, len(budgets)] float32. ``index``: ``budgets`` as an int64 tensor on the scores' device (a caller in
+    the decode round passes one made once: building it from a list here would copy from pageable host
+    memory, which waits for the stream). No host sync with ``index``."""
     nodes = scores[:, 1:].float()
     bs, n_nodes = nodes.shape
     if max(budgets, default=0) > n_nodes:
         raise ValueError(f"budgets {list(budgets)} exceed the tree's {n_nodes} nodes")
     top = torch.sort(nodes, dim=1, descending=True).values.exp()  # pads: exp(-inf) = 0
     cum = torch.cat([torch.zeros((bs, 1), dtype=top.dtype, device=top.device), top.cumsum(dim=1)], dim=1)
-    idx = torch.tensor(list(budgets), dtype=torch.int64, device=scores.device)
+    idx = index if index is not None else torch.tensor(list(budgets), dtype=torch.int64, device=scores.device)
     return cum.index_select(1, idx)
+
+
+class DraftForecast(NamedTuple):
+    """What the accept model reads of one round's trees: ``rows`` requests and, per bucket budget, the sum over
+    them of their expected accepted drafts (``expected_drafts_at`` summed over requests, read a round late)."""
+
+    rows: int
+    sums: Sequence[float]
 
 
 class CostModel:
@@ -77,6 +72,8 @@ class CostModel:
         self.budgets = tuple(budgets)
         self.smoothing = smoothing
         self._ms: Dict[tuple, float] = {}
+        self._seed: Dict[tuple, float] = {}
+        self._observed: set = set()
 
     def _key(self, bs: int, budget: int) -> tuple:
         i = bisect.bisect_left(self.batch_sizes, bs)
@@ -87,15 +84,29 @@ class CostModel:
         return self.batch_sizes[i], budget
 
     def seed(self, bs: int, budget: int, ms: float) -> None:
-        self._ms[self._key(bs, budget)] = float(ms)
+        key = self._key(bs, budget)
+        self._ms[key] = self._seed[key] = float(ms)
 
     def observe(self, bs: int, budget: int, ms: float) -> None:
         key = self._key(bs, budget)
         old = self._ms.get(key)
         self._ms[key] = float(ms) if old is None else old + self.smoothing * (float(ms) - old)
+        self._observed.add(key)
 
     def cost(self, bs: int, budget: int) -> Optional[float]:
-        return self._ms.get(self._key(bs, budget))
+        """The smoothed observation; for a seeded but never observed key the seed plus the mean offset
+        (observed - seed) of the observed keys of the same kind (drafting or not, any batch size), since a
+        calibration replays the graphs alone and misses the round's fixed host and glue cost."""
+        key = self._key(bs, budget)
+        if key in self._observed or key not in self._seed:
+            return self._ms.get(key)
+        offsets = [self._ms[k] - self._seed[k] for k in self._observed
+                   if k in self._seed and (k[1] > 0) == (budget > 0)]
+        return self._seed[key] + (sum(offsets) / len(offsets) if offsets else 0.0)
+
+    def table(self) -> Dict[tuple, Optional[float]]:
+        """{(batch size, budget): ms} for every captured batch size and bucket (the start-up log)."""
+        return {(bs, b): self.cost(bs, b) for bs in self.batch_sizes for b in self.budgets}
 
 
 class TableAcceptModel:
@@ -126,9 +137,9 @@ class TableAcceptModel:
 class ScoreAcceptModel:
     """Tokens per round from the drafter's tree scores, corrected online.
 
-    ``expected_tokens(bs, budgets, drafts)`` with drafts [R, len(budgets)] (``expected_drafts_at`` of the
-    requests' latest trees, read a round late; None when no tree has been seen) sums 1 + ratio_b * drafts
-    over the R requests and scales to bs. ``observe(budget, predicted, observed)`` (accepted drafts of one
+    ``expected_tokens(bs, budgets, drafts)`` with drafts a ``DraftForecast`` of the latest trees (R requests,
+    read a round late; None when no tree has been seen) is (R + ratio_b * sum_b) scaled from R to bs
+    requests. ``observe(budget, predicted, observed)`` (accepted drafts of one
     round, summed over its requests) updates ratio_b; a bucket never observed uses the mean ratio of those
     that were (1.0 before any)."""
 
@@ -150,15 +161,13 @@ class ScoreAcceptModel:
         old = self.ratio.get(budget)
         self.ratio[budget] = r if old is None else old + self.smoothing * (r - old)
 
-    def expected_tokens(self, bs: int, budgets: Sequence[int], drafts=None) -> Optional[list]:
-        if drafts is None or len(drafts) == 0:
+    def expected_tokens(self, bs: int, budgets: Sequence[int], drafts: Optional[DraftForecast] = None
+                        ) -> Optional[list]:
+        if drafts is None or drafts.rows <= 0:
             return None
-        rows = len(drafts)
-        out = []
-        for j, b in enumerate(budgets):
-            total = sum(1.0 + self.ratio_for(b) * float(d[j]) for d in drafts) if b else float(rows)
-            out.append(total * bs / rows)
-        return out
+        rows = drafts.rows
+        return [(rows + (self.ratio_for(b) * float(drafts.sums[j]) if b else 0.0)) * bs / rows
+                for j, b in enumerate(budgets)]
 
 
 class WidthPolicy:

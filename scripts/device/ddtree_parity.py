@@ -48,6 +48,13 @@ CONFIGS = {
     # the drafter's top-K order reversed by the TEST-ONLY plugin (test/_test_plugin, DDTREE_TEST_REVERSE_RANKS)
     "dd_triton_b64_reversed": ddtree(64, 8, _test_hooks=dict(reverse_ranks=True)),
     "dd_triton_b3": ddtree(3, 2),
+    # --speculative-ddtree-budget auto: the policy's own choice, and a fixed cycle of every bucket (test plugin:
+    # the width changes every round, including width 0 = no drafting)
+    "dd_triton_auto": ddtree("auto", 8),
+    "dd_triton_auto_cycle": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True)),
+    "dd_triton_auto_cycle_nograph": ddtree("auto", 8, disable_cuda_graph=True, _test_hooks=dict(cycle_budgets=True)),
+    "dd_triton_auto_cycle_nooverlap": ddtree("auto", 8, disable_overlap_schedule=True,
+                                             _test_hooks=dict(cycle_budgets=True)),
     "dd_triton_b256": ddtree(256, 8),
     "dd_triton_b64_nograph": ddtree(64, 8, disable_cuda_graph=True),
     "dd_flashinfer_b64": ddtree(64, 8, backend="flashinfer"),
@@ -64,6 +71,7 @@ CONFIGS = {
     "dd_fa3_b256": ddtree(256, 8, backend="fa3"),
     "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
     "dd_fa3_b15_nooverlap": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True),
+    "dd_fa3_auto_cycle": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True)),
     # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
     "plain_triton_tp2": dict(attention_backend="triton", tp_size=2),
     "dd_triton_b64_tp2": ddtree(64, 8, tp_size=2),

@@ -100,6 +100,27 @@ def test_topk_above_budget_is_capped_with_one_warning(parse, tiny_configs, ddtre
     assert "using --speculative-ddtree-topk=4" in warnings[0].getMessage()
 
 
+@pytest.mark.parametrize("value", ["auto", "AUTO"])
+def test_budget_auto_sizes_every_shape_by_the_largest_bucket(parse, engine_args, tiny_configs, ddtree_logs, value):
+    from sglang_ddtree.config import AUTO_MAX_BUDGET, DDTreeConfig
+
+    for sa in (parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
+                     "--speculative-ddtree-budget", value),
+               engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                           speculative_ddtree_budget=value)):
+        assert sa.speculative_ddtree_budget == "auto"  # what the user asked for, kept
+        assert sa.speculative_num_draft_tokens == AUTO_MAX_BUDGET + 1 and sa.speculative_eagle_topk == 8
+        cfg = DDTreeConfig.from_server_args(sa)
+        assert cfg.adaptive and cfg.budget == AUTO_MAX_BUDGET and cfg.buckets == (0, 1, 3, 7, 15, 31, 63)
+    assert "budget=auto (buckets [0, 1, 3, 7, 15, 31, 63])" in ddtree_logs.text
+
+
+def test_budget_auto_refuses_tensor_parallelism(engine_args, tiny_configs):
+    with pytest.raises(ValueError, match=r"--speculative-ddtree-budget auto is not supported with --tp-size > 1 yet"):
+        engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                    speculative_ddtree_budget="auto", tp_size=2)
+
+
 def test_engine_kwargs_are_accepted(engine_args, tiny_configs):
     sa = engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                      speculative_ddtree_budget=32, speculative_ddtree_topk=2)
@@ -216,7 +237,7 @@ def test_hybrid_target_is_refused(hybrid_target, tiny_configs):
 
 def test_non_integer_values_from_python_are_refused(engine_args, tiny_configs):
     for value in ("64", 64.0, True):
-        with pytest.raises(ValueError, match=r"--speculative-ddtree-budget must be an integer in \[1, 1024\], got "):
+        with pytest.raises(ValueError, match=r"--speculative-ddtree-budget must be an integer in \[1, 1024\] or 'auto', got "):
             engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                         speculative_ddtree_budget=value)
 
@@ -224,4 +245,4 @@ def test_non_integer_values_from_python_are_refused(engine_args, tiny_configs):
 def test_non_integer_cli_value_is_an_argparse_error(parse, capsys):
     with pytest.raises(SystemExit):
         parse(*DDTREE, "--speculative-ddtree-budget", "many")
-    assert "--speculative-ddtree-budget: invalid int value: 'many'" in capsys.readouterr().err
+    assert "--speculative-ddtree-budget: invalid value 'many': an integer or 'auto'" in capsys.readouterr().err

@@ -165,11 +165,13 @@ def test_hook_env_parsing(tmp_path):
     assert (env.draft_oracle, env.verify_dump, env.verify_dump_rounds, env.corrupt_mask) == (str(spec), "/x", 7, "causal")
     assert env.any and HookEnv.from_env({"DDTREE_TEST_REVERSE_RANKS": "1"}).reverse_ranks
     assert not HookEnv.from_env({"DDTREE_TEST_REVERSE_RANKS": "0"}).any
+    assert HookEnv.from_env({"DDTREE_TEST_CYCLE_BUDGETS": "1"}).cycle_budgets
     for bad, match in (({"DDTREE_TEST_DRAFT_ORACLE": str(spec), "DDTREE_TEST_REVERSE_RANKS": "1"}, "exclude each other"),
                        ({"DDTREE_TEST_DRAFT_ORACLE": str(tmp_path / "missing.json")}, "not a file"),
                        ({"DDTREE_TEST_CORRUPT_MASK": "random"}, "modes are"),
                        ({"DDTREE_TEST_VERIFY_DUMP_ROUNDS": "0"}, ">= 1"),
-                       ({"DDTREE_TEST_REVERSE_RANKS": "maybe"}, "use 1 or 0")):
+                       ({"DDTREE_TEST_REVERSE_RANKS": "maybe"}, "use 1 or 0"),
+                       ({"DDTREE_TEST_CYCLE_BUDGETS": "yes"}, "use 1 or 0")):
         with pytest.raises(ValueError, match=match):
             HookEnv.from_env(bad)
 
@@ -382,3 +384,18 @@ def test_gpu_scenario_covers_every_accept_length_and_branch_depth(succ_models):
         branches.update(gpu.branch_counts(rounds))
     assert min(hist) >= 10, hist
     assert min(branches[d] for d in range(1, gpu.MAX_DEPTH + 1)) >= 2, branches
+
+
+def test_cycle_budgets_hook_changes_the_width_every_round():
+    from ddtree_test_hooks import hooks as test_hooks
+    from ddtree_test_hooks import planned_hooks
+    from ddtree_test_hooks.env import HookEnv
+
+    assert test_hooks.cycle_order((0, 1, 3, 7, 15, 31, 63)) == [0, 63, 1, 31, 3, 15, 7]
+    auto = type("Auto", (), {"budgets": (0, 1, 3, 7, 15)})()
+    test_hooks.configure(HookEnv(cycle_budgets=True))
+    picks = [test_hooks.after_choose_cycle(63, auto, 8) for _ in range(7)]
+    assert picks == [0, 15, 1, 7, 3, 0, 15]
+    assert all(a != b for a, b in zip(picks, picks[1:]))
+    assert planned_hooks(HookEnv(cycle_budgets=True)) == [
+        ("sglang_ddtree.worker.widths.AutoWidth.choose", test_hooks.after_choose_cycle)]

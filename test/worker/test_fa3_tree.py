@@ -197,24 +197,29 @@ def test_graph_dummies_read_the_static_buffer_the_worker_fills(fused_on):
         fa3_tree._STATIC_BACKENDS.clear()
 
 
-def test_round_tree_bits_writes_every_static_buffer(fused_on):
+def test_round_tree_bits_writes_the_active_backends_static_buffers(fused_on):
     g = torch.Generator().manual_seed(5)
     lp, ids = torch.log_softmax(torch.randn(2, 3, 6, generator=g), -1).topk(2, dim=-1)
     tree = build_tree(lp, ids, 4, backend="torch")
     cfg = types.SimpleNamespace(max_depth=3)
-    backends = [_Backend(None, None, 5), _Backend(None, None, 5)]
+    parts = [_Backend(None, None, 5), _Backend(None, None, 5)]  # a hybrid backend's decode and prefill halves
+    other_width = _Backend(None, None, 40)  # budget auto: another bucket's backend (40 rows: 2 bit words)
+    hybrid = types.SimpleNamespace(decode_backend=parts[0], prefill_backend=parts[1])
     fa3_tree._STATIC_BACKENDS.clear()
     try:
-        for b in backends:
-            fa3_tree.init_cuda_graph_state(lambda *a, **kw: None, b, 8, 40)
+        for b in parts + [other_width]:
+            fa3_tree.init_cuda_graph_state(lambda *a, **kw: None, b, 8, 80)
         statics = fa3_tree.static_bit_buffers()
         for s in statics:
             s.fill_(-1)
-        bits = fa3_tree.round_tree_bits(tree, cfg)
+        bits = fa3_tree.round_tree_bits(tree, cfg, hybrid)
         want = ancestor_bits(tree.parents, 3)
         assert torch.equal(bits, want) and bits.data_ptr() == statics[0].data_ptr()
-        for s in statics:
+        for s in statics[:2]:
             assert torch.equal(s[:10], want) and bool((s[10:] == -1).all())
+        assert bool((statics[2] == -1).all())  # not the active width's buffer: untouched
+        assert torch.equal(fa3_tree.round_tree_bits(tree, cfg, parts[1]), want)
+        assert bits.data_ptr() != fa3_tree.round_tree_bits(tree, cfg, other_width).data_ptr()  # words differ
     finally:
         fa3_tree._STATIC_BACKENDS.clear()
     # without graph state: a fresh tensor

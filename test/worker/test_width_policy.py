@@ -15,7 +15,7 @@ import torch
 
 from sglang_ddtree.tree import build_tree
 from sglang_ddtree.width_policy import (
-    CostModel, ScoreAcceptModel, TableAcceptModel, WidthPolicy, bucket_budgets, expected_drafts_at,
+    CostModel, DraftForecast, ScoreAcceptModel, TableAcceptModel, WidthPolicy, bucket_budgets, expected_drafts_at,
 )
 from sglang_ddtree.worker.kv_commit import greedy_accept_commit
 from sglang_ddtree.worker.tree_api import fill_root
@@ -153,7 +153,7 @@ def test_score_model_corrects_overconfident_scores():
         costs.seed(4, b, ms)
     acc = ScoreAcceptModel(budgets, smoothing=0.5)
     policy = WidthPolicy(budgets, costs, acc)
-    drafts = [[0.0, 3.0, 6.0]] * 4  # the drafter claims 6 accepted drafts at budget 16
+    drafts = DraftForecast(4, [0.0, 12.0, 24.0])  # 4 requests; the drafter claims 6 accepted drafts each at 16
     assert policy.choose(4) == 4  # no scores yet: the smallest positive bucket
     assert policy.choose(4, drafts) == 16
     for _ in range(20):  # it accepts a tenth of that

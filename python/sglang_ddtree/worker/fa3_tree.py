@@ -207,13 +207,18 @@ def target_uses_fa3(model_runner) -> bool:
     return any(b is not None and backend_serves_ddtree(b) for b in candidates)
 
 
-def round_tree_bits(tree, config: DDTreeConfig) -> torch.Tensor:
-    """This round's ancestor bits [bs*N, NW] int32 for the fused path, written into every static buffer
-    (the captured graphs read them), or a fresh tensor when no graph state exists."""
-    from sglang_ddtree.worker.tree_attention import ancestor_bits
+def round_tree_bits(tree, config: DDTreeConfig, backend=None) -> torch.Tensor:
+    """This round's ancestor bits [bs*N, NW] int32 for the fused path, written into the static buffer of the
+    verify's attention backend (``backend``: the target's, or the active width's under ``budget auto``; inside a
+    hybrid prefill / decode backend, each fa3 part's) that fits the round, which its captured graphs read; a
+    fresh tensor when none has graph state."""
+    from sglang_ddtree.worker.tree_attention import ancestor_bits, num_words
 
     rows = tree.batch_size * tree.num_rows
-    statics = [s for s in static_bit_buffers() if s.shape[0] >= rows]
+    words = num_words(tree.num_rows)
+    parts = (backend, getattr(backend, "decode_backend", None), getattr(backend, "prefill_backend", None))
+    statics = [s for s in (getattr(b, STATIC_BITS, None) for b in parts if b is not None)
+               if s is not None and s.shape[0] >= rows and s.shape[1] == words]
     bits = ancestor_bits(tree.parents, config.max_depth, out=statics[0][:rows] if statics else None)
     for s in statics[1:]:
         s[:rows].copy_(bits)

@@ -12,8 +12,9 @@ which would show ~0.03 at budget 64 for a path 2 deep. Per-request counts (``spe
 
 from __future__ import annotations
 
+import collections
 import logging
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from sglang_ddtree.config import DDTreeConfig, is_ddtree, is_validated_ddtree_args
 
@@ -79,6 +80,43 @@ def ddtree_accept_fragment(accept_tokens: int, rounds: int, max_depth: int, hist
             f"{hist.format()}, ")
 
 
+# ---- --speculative-ddtree-budget auto: the interval statistics (worker.widths adds to them) --------------
+class AutoStats:
+    """Request-rounds per chosen budget, and predicted vs observed accepted drafts, over one log interval."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.rounds_by_budget: Dict[int, int] = collections.Counter()
+        self.request_rounds = 0
+        self.budget_request_rounds = 0  # sum of budget x requests
+        self.predicted = 0.0
+        self.observed = 0.0
+        self.drafted_request_rounds = 0  # request-rounds with a tree (budget > 0)
+
+    def add(self, budget: int, rows: int, predicted: float, observed: float) -> None:
+        self.rounds_by_budget[budget] += 1
+        self.request_rounds += rows
+        self.budget_request_rounds += budget * rows
+        if budget > 0:
+            self.predicted += predicted
+            self.observed += observed
+            self.drafted_request_rounds += rows
+
+    def format(self) -> str:
+        if self.request_rounds == 0:
+            return ""
+        picks = " ".join(f"{b}:{n}" for b, n in sorted(self.rounds_by_budget.items()))
+        mean = self.budget_request_rounds / self.request_rounds
+        per = max(self.drafted_request_rounds, 1)
+        return (f"auto budget: mean {mean:.1f}, rounds by budget {picks}, accepted drafts predicted "
+                f"{self.predicted / per:.2f} observed {self.observed / per:.2f}, ")
+
+
+AUTO_STATS = AutoStats()
+
+
 class _RewriteOnce(logging.Filter):
     """Replace ``old`` by ``new`` in the first plain (argument-free) record that contains it."""
 
@@ -122,7 +160,7 @@ def report_decode_stats(original, reporter, *args, **kwargs):
     if rounds <= 0:
         return original(reporter, *args, **kwargs)
     max_depth = DDTreeConfig.from_server_args(server_args).max_depth
-    new = ddtree_accept_fragment(accept_tokens, rounds, max_depth, hist)
+    new = ddtree_accept_fragment(accept_tokens, rounds, max_depth, hist) + AUTO_STATS.format()
     rewrite = _RewriteOnce(upstream_accept_fragment(accept_tokens, rounds, server_args), new)
     upstream_logger = logging.getLogger(REPORTER_MODULE)
     upstream_logger.addFilter(rewrite)
@@ -136,7 +174,10 @@ def report_decode_stats(original, reporter, *args, **kwargs):
         rate = depth_accept_rate(accept_tokens, rounds, max_depth)
         reporter.stats.spec_accept_rate = rate
         export_to_prometheus(reporter.metrics_collector, rate, hist)
+        if AUTO_STATS.request_rounds:
+            export_auto_to_prometheus(reporter.metrics_collector, AUTO_STATS)
     hist.reset()
+    AUTO_STATS.reset()
     return out
 
 
@@ -179,3 +220,40 @@ def export_to_prometheus(collector, rate: float, hist: AcceptHistogram) -> None:
     for length, count in enumerate(hist.counts, start=1):
         if count:
             counter.labels(**labels, accept_length=str(length)).inc(count)
+
+
+_auto_metrics = None
+AUTO_BUDGET_NAME = "sglang:ddtree_budget"
+AUTO_ROUNDS_NAME = "sglang:ddtree_budget_rounds"  # exposed as sglang:ddtree_budget_rounds_total
+AUTO_PREDICTED_NAME = "sglang:ddtree_predicted_accepted_drafts"
+AUTO_OBSERVED_NAME = "sglang:ddtree_observed_accepted_drafts"
+
+
+def _auto_collectors(labelnames):
+    global _auto_metrics
+    if _auto_metrics is None:
+        from prometheus_client import Counter, Gauge
+
+        names = list(labelnames)
+        _auto_metrics = (
+            Gauge(AUTO_BUDGET_NAME, "DDTREE budget auto: mean verified budget per request-round over the last "
+                  "log interval (0 = no drafting).", labelnames=names),
+            Counter(AUTO_ROUNDS_NAME, "DDTREE budget auto: decode rounds by the budget they verified.",
+                    labelnames=names + ["budget"]),
+            Gauge(AUTO_PREDICTED_NAME, "DDTREE budget auto: accepted drafts per drafting request-round the "
+                  "drafter's tree scores predicted (sum of exp(path score)), last log interval.", labelnames=names),
+            Gauge(AUTO_OBSERVED_NAME, "DDTREE budget auto: accepted drafts per drafting request-round observed, "
+                  "last log interval.", labelnames=names),
+        )
+    return _auto_metrics
+
+
+def export_auto_to_prometheus(collector, stats: AutoStats) -> None:
+    labels = dict(collector.labels)
+    budget, rounds, predicted, observed = _auto_collectors(labels.keys())
+    budget.labels(**labels).set(stats.budget_request_rounds / stats.request_rounds)
+    for b, n in stats.rounds_by_budget.items():
+        rounds.labels(**labels, budget=str(b)).inc(n)
+    if stats.drafted_request_rounds:
+        predicted.labels(**labels).set(stats.predicted / stats.drafted_request_rounds)
+        observed.labels(**labels).set(stats.observed / stats.drafted_request_rounds)

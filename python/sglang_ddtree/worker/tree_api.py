@@ -12,7 +12,7 @@ import torch
 
 from sglang_ddtree.tree import Tree, build_tree, build_verify_topology
 
-__all__ = ["build_tree", "fill_root", "verify_topology"]
+__all__ = ["Tree", "build_tree", "fill_root", "verify_topology"]
 
 
 def verify_topology(tree: Tree, prefix_lens: torch.Tensor, seq_lens_sum_bound: int):

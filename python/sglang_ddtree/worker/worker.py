@@ -20,7 +20,9 @@ accepted drafts + bonus token): see ``sglang_ddtree.tree``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 
 import torch
 
@@ -39,7 +41,7 @@ from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import fa3_tree, sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit
-from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
+from sglang_ddtree.worker.tree_api import Tree, build_tree, fill_root, verify_topology
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class DDTreeWorker(DFlashWorkerV2):
         self._warned_host_sync = False
         self._move_kv = None  # AcceptedKVMover, made at the first round (the target's pool exists by then)
         self._fa3_tree_bits = None  # whether rounds write ancestor bits for fa3's fused tree attention (first round)
+        self._widths = None  # --speculative-ddtree-budget auto: VerifyWidths + AutoWidth (init_cuda_graphs)
+        self._auto = None
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -95,6 +99,56 @@ class DDTreeWorker(DFlashWorkerV2):
             return None
         return head
 
+    def init_cuda_graphs(self):
+        """DFLASH's draft graphs; with ``--speculative-ddtree-budget auto`` then the target's verify resources of
+        every smaller bucket and the start-up calibration (``widths``). The scheduler calls this after the
+        target captured its own verify graphs (the largest bucket's)."""
+        super().init_cuda_graphs()
+        if self.config.adaptive:
+            self._init_auto()
+
+    def _init_auto(self) -> None:
+        from sglang_ddtree.worker import widths
+
+        mr = self.target_worker.model_runner
+        rank0 = self.ps.tp_rank == 0
+        tic = time.perf_counter()
+        self._widths = widths.VerifyWidths(mr, mr.server_args, self.config,
+                                           capture_graphs=mr.decode_cuda_graph_runner is not None, is_rank0=rank0)
+        target_runner = mr.decode_cuda_graph_runner
+        capture_bs = sorted(int(b) for b in getattr(target_runner, "capture_bs", None) or ())
+        self._auto = widths.AutoWidth(self.config, capture_bs, max_batch_size=int(mr.max_running_requests),
+                                      device=self.device)
+        verify_graphs = {b: widths.captured_graphs(runner) for b, (_, runner) in self._widths.sets.items()}
+        if capture_bs and all(verify_graphs.values()):
+            draft_graphs = widths.captured_graphs(getattr(self.draft_model_runner, "decode_cuda_graph_runner", None))
+            self._auto.calibrate(verify_graphs, draft_graphs, self._tree_build_ms(capture_bs))
+        elif rank0:
+            logger.warning("DDTREE auto: no CUDA graphs to calibrate from; the cost table fills from observed rounds.")
+        if rank0:
+            logger.info("DDTREE auto: buckets %s, set up in %.1f s; start-up policy:\n  %s", list(self.config.buckets),
+                        time.perf_counter() - tic, "\n  ".join(self._auto.describe()))
+
+    def _tree_build_ms(self, batch_sizes) -> dict:
+        """Start-up: GPU ms of the round's tree builds per batch size (the chosen bucket's and the largest one's
+        for the forecast) on random draft log-probs of the real shape."""
+        cfg, out = self.config, {}
+        k = cfg.topk
+        for bs in batch_sizes:
+            lp = torch.randn(bs, cfg.block_size - 1, k, device=self.device).log_softmax(-1).sort(-1, descending=True).values
+            ids = torch.randint(0, 1000, (bs, cfg.block_size - 1, k), device=self.device)
+            build_tree(lp, ids, cfg.budget)
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                build_tree(lp, ids, cfg.budget)
+                build_tree(lp, ids, max(1, cfg.budget // 2))
+            end.record()
+            end.synchronize()
+            out[bs] = start.elapsed_time(end) / 5
+        return out
+
     def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
         return make_draft_input(bonus_tokens, seq_lens)
 
@@ -115,18 +169,27 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def _decode_round(self, batch, on_publish) -> GenerationBatchResult:
         cfg = self.config
-        n, width = cfg.num_verify_tokens, cfg.accept_width  # N = budget + 1, W = max depth + 1
         draft_input = batch.spec_info
         batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
         bs = len(batch.seq_lens)
         prefix = batch.seq_lens  # [bs] committed KV length = the root's position
+        # The round's budget: fixed, or with auto the bucket the policy picks from earlier rounds' numbers.
+        budget = cfg.budget if self._auto is None else self._auto.choose(bs)
+        pending = None if self._auto is None else self._auto.begin(bs, budget)
+        n, width = budget + 1, cfg.accept_width  # N = budget + 1, W = max depth + 1 (static, of the largest)
 
         host = self._host_seq_lens(batch, draft_input)
-        # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
-        log_probs, token_ids = self._draft(batch, draft_input, bs, host)
-        # BUILD: Tree of [bs, N] rows (row 0 the root); tokens [bs, N] int64 with the bonus tokens as roots.
-        tree = build_tree(log_probs, token_ids, cfg.budget)
-        tokens = fill_root(tree, draft_input.bonus_tokens)
+        forecast_scores = None  # auto: the largest bucket's tree scores [bs, N_max] (expected drafts per bucket)
+        if budget == 0:  # no drafting: the round is one target step on the root (the bonus token)
+            tree = Tree.make_dummy(bs, 0, self.device, max_depth=cfg.block_size - 1)
+        else:
+            # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
+            log_probs, token_ids = self._draft(batch, draft_input, bs, host)
+            # BUILD: Tree of [bs, N] rows (row 0 the root).
+            tree = build_tree(log_probs, token_ids, budget)
+            if pending is not None:
+                forecast_scores = (tree if budget == cfg.budget else build_tree(log_probs, token_ids, cfg.budget)).scores
+        tokens = fill_root(tree, draft_input.bonus_tokens)  # [bs, N] int64, the bonus tokens as roots
 
         # VERIFY: verify_loc [bs*N] int64 slots req_to_token[b, prefix .. prefix + N).
         verify_loc = assign_extend_cache_locs_func(
@@ -141,15 +204,17 @@ class DDTreeWorker(DFlashWorkerV2):
         mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound)
         if self._fa3_tree_bits is None:
             self._fa3_tree_bits = self._decide_fa3_tree_bits()
-        tree_bits = fa3_tree.round_tree_bits(tree, cfg) if self._fa3_tree_bits else None
-        verify_input = DDTreeVerifyInput(
-            draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=cfg.topk,
-            custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
-            retrieve_next_token=r_next, retrieve_next_sibling=r_sibling, max_depth=cfg.max_depth,
-            tree_bits=tree_bits,
-        )
-        logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
-                                                                    verify_cpu, verify_sum)
+        with self._widths.active(budget) if self._widths is not None else contextlib.nullcontext():
+            tree_bits = (fa3_tree.round_tree_bits(tree, cfg, self.target_worker.model_runner.attn_backend)
+                         if self._fa3_tree_bits else None)
+            verify_input = DDTreeVerifyInput(
+                draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=cfg.topk,
+                custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
+                retrieve_next_token=r_next, retrieve_next_sibling=r_sibling, max_depth=cfg.max_depth,
+                tree_bits=tree_bits,
+            )
+            logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
+                                                                        verify_cpu, verify_sum)
 
         # ACCEPT + COMMIT: RoundCommit of [bs, W] / [bs*W] rows (kv_commit), accept_lens 1..W.
         verify_loc_2d = verify_loc.view(bs, n)
@@ -175,6 +240,8 @@ class DDTreeWorker(DFlashWorkerV2):
             cache_loc_2d=c.ctx_loc_2d, commit_lens=c.accept_lens,
         )
         logits_output.hidden_states = None  # keep it off the D2H copy
+        if pending is not None:
+            self._auto.finish(pending, forecast_scores, c.accept_lens)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=c.out_tokens.view(-1),  # [bs*W], the first accept_lens[b] of each row valid

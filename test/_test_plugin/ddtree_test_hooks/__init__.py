@@ -6,7 +6,8 @@ declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in ev
 ``register`` reads ``env`` once and registers, through ``HookRegistry``, only the hooks asked for:
   DRAFT   AFTER ``DDTreeWorker._draft``: the draft oracle's plan, or the top-K order reversed;
   BUILD   AFTER ``worker.verify_topology``: the FULL_MASK's tree part corrupted (control of a test);
-  VERIFY  AFTER ``DDTreeWorker._verify``: the first rounds' trees and verify logits saved to disk.
+  VERIFY  AFTER ``DDTreeWorker._verify``: the first rounds' trees and verify logits saved to disk;
+  WIDTH   AFTER ``widths.AutoWidth.choose`` (budget auto): a fixed cycle of buckets, a new width every round.
 With none of the variables set it registers nothing. The production package knows none of this.
 """
 
@@ -20,6 +21,7 @@ WORKER = "sglang_ddtree.worker.worker"
 DRAFT_TARGET = f"{WORKER}.DDTreeWorker._draft"
 VERIFY_TARGET = f"{WORKER}.DDTreeWorker._verify"
 TOPOLOGY_TARGET = f"{WORKER}.verify_topology"  # the worker's own binding (``from ... import verify_topology``)
+CHOOSE_TARGET = "sglang_ddtree.worker.widths.AutoWidth.choose"
 
 _registered = None  # the HookEnv registered in this process, once
 
@@ -37,6 +39,8 @@ def planned_hooks(env) -> list:
         out.append((TOPOLOGY_TARGET, hooks.after_verify_topology_corrupt))
     if env.verify_dump:
         out.append((VERIFY_TARGET, hooks.after_verify_dump))
+    if env.cycle_budgets:
+        out.append((CHOOSE_TARGET, hooks.after_choose_cycle))
     return out
 
 

@@ -5,6 +5,8 @@ DDTREE_TEST_REVERSE_RANKS=1            reverse the drafter's top-K token order (
 DDTREE_TEST_VERIFY_DUMP=<dir>          save each of the first rounds' verify inputs and logits there
 DDTREE_TEST_VERIFY_DUMP_ROUNDS=<int>   how many rounds to save (default 4)
 DDTREE_TEST_CORRUPT_MASK=<mode>        rewrite the tree part of the verify FULL_MASK (modes: ``causal``)
+DDTREE_TEST_CYCLE_BUDGETS=1            budget auto: every round verifies the next bucket of a fixed cycle
+                                       (the width changes every round), whatever the policy chose
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
 """
 
@@ -18,7 +20,8 @@ REVERSE_RANKS = "DDTREE_TEST_REVERSE_RANKS"
 VERIFY_DUMP = "DDTREE_TEST_VERIFY_DUMP"
 VERIFY_DUMP_ROUNDS = "DDTREE_TEST_VERIFY_DUMP_ROUNDS"
 CORRUPT_MASK = "DDTREE_TEST_CORRUPT_MASK"
-ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK)
+CYCLE_BUDGETS = "DDTREE_TEST_CYCLE_BUDGETS"
+ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS)
 CORRUPT_MODES = ("causal",)
 DEFAULT_DUMP_ROUNDS = 4
 
@@ -30,10 +33,12 @@ class HookEnv:
     verify_dump: str = ""
     verify_dump_rounds: int = DEFAULT_DUMP_ROUNDS
     corrupt_mask: str = ""
+    cycle_budgets: bool = False
 
     @property
     def any(self) -> bool:
-        return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask)
+        return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
+                    or self.cycle_budgets)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -42,8 +47,11 @@ class HookEnv:
         reverse = get(REVERSE_RANKS).lower()
         if reverse not in ("", "0", "1", "true", "false", "yes", "no"):
             raise ValueError(f"{REVERSE_RANKS}={reverse!r}: use 1 or 0.")
+        cycle = get(CYCLE_BUDGETS)
+        if cycle not in ("", "0", "1"):
+            raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
-                  verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK))
+                  verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1")
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):

@@ -81,6 +81,25 @@ def after_verify_topology_corrupt(result, tree, prefix_lens, *args, **kwargs):
             *rest)
 
 
+# ---- WIDTH (budget auto) ------------------------------------------------------------------------------
+def cycle_order(budgets) -> list:
+    """The buckets alternating small / large, so consecutive rounds always change width: (0, 1, 3, 7, 15) ->
+    [0, 15, 1, 7, 3]."""
+    b, out = sorted(budgets), []
+    while b:
+        out.append(b.pop(0))
+        if b:
+            out.append(b.pop())
+    return out
+
+
+def after_choose_cycle(result, auto, *args, **kwargs):
+    """The next bucket of ``cycle_order`` (per process), whatever the policy chose."""
+    order = cycle_order(auto.budgets)
+    _STATE["cycled"] = _STATE.get("cycled", -1) + 1
+    return order[_STATE["cycled"] % len(order)]
+
+
 # ---- VERIFY --------------------------------------------------------------------------------------
 def after_verify_dump(result, worker, *args, **kwargs):
     """Save round k < DDTREE_TEST_VERIFY_DUMP_ROUNDS to ``<dir>/round_<k>.pt`` (tp rank 0 only)."""

@@ -1,0 +1,239 @@
+"""``--speculative-ddtree-budget auto`` in the round: verify resources per bucket width and the per-round choice.
+
+The policy itself (buckets, accept and cost models, argmax of expected tokens per second) is
+``sglang_ddtree.width_policy``, pure host arithmetic. This module is what the worker needs around it:
+
+``VerifyWidths``  the target's attention backend and decode CUDA-graph runner per bucket budget b, built at
+                  verify width b + 1 the way upstream builds EAGLE's adaptive-steps states
+                  (``DecodeCudaGraphRunner(model_runner, attn_backend=..., speculative_num_draft_tokens=...)`` under
+                  server args that say that width); the largest bucket keeps the runner's own. ``active(b)``
+                  swaps one set in for one verify forward and restores the runner's own afterwards (prefill and
+                  the draft never see the others). Capture time and graph memory are logged per width.
+``AutoWidth``     one decision per round, without a host sync: the choice reads what earlier rounds left in
+                  pinned host buffers (their trees' expected accepted drafts per bucket, their observed accepted
+                  drafts, their GPU time between two CUDA events) only once their end event has completed
+                  (``Event.query``), so the host never waits for the GPU. Start-up calibration replays each
+                  captured verify graph per (batch size, bucket) and the draft graph per batch size.
+Interval statistics for the decode log and ``/metrics`` go to ``metrics.AUTO_STATS``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import time
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from sglang_ddtree.config import DDTreeConfig
+from sglang_ddtree.worker import metrics
+from sglang_ddtree.width_policy import CostModel, DraftForecast, ScoreAcceptModel, WidthPolicy, expected_drafts_at
+
+logger = logging.getLogger(__name__)
+
+
+# ---- verify resources per width --------------------------------------------------------------------------
+@contextlib.contextmanager
+def verify_width_args(server_args, num_draft_tokens: int):
+    """The target's server args saying verify width ``num_draft_tokens`` while backends and graph runners of
+    that width are built (they read it at construction), restored afterwards."""
+    old = server_args.speculative_num_draft_tokens
+    _set_fields(server_args, speculative_num_draft_tokens=int(num_draft_tokens))
+    try:
+        yield server_args
+    finally:
+        _set_fields(server_args, speculative_num_draft_tokens=old)
+
+
+def _set_fields(server_args, **fields) -> None:
+    if hasattr(server_args, "override"):
+        server_args.override("ddtree.verify_width", **fields)
+    else:  # plain objects in CPU tests
+        for name, value in fields.items():
+            setattr(server_args, name, value)
+
+
+class VerifyWidths:
+    """Per bucket budget: (attention backend, decode CUDA-graph runner or None) of the target at width b + 1."""
+
+    def __init__(self, model_runner, server_args, config: DDTreeConfig, *, capture_graphs: bool,
+                 is_rank0: bool = True):
+        from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+        from sglang.srt.utils import get_available_gpu_memory
+
+        self.model_runner = model_runner
+        self.budgets = tuple(config.buckets)
+        self.sets: Dict[int, tuple] = {config.budget: (model_runner.attn_backend, model_runner.decode_cuda_graph_runner)}
+        self.capture_s: Dict[int, float] = {}
+        self.graph_mem_gb: Dict[int, float] = {}
+        capture_graphs = capture_graphs and model_runner.decode_cuda_graph_runner is not None
+        for budget in self.budgets:
+            if budget == config.budget:
+                continue
+            tic = time.perf_counter()
+            before = get_available_gpu_memory(model_runner.device, model_runner.gpu_id)
+            with verify_width_args(server_args, budget + 1):
+                backend = model_runner._get_attention_backend(init_new_workspace=False)
+                runner = (DecodeCudaGraphRunner(model_runner, attn_backend=backend,
+                                                speculative_num_draft_tokens=budget + 1)
+                          if capture_graphs else None)
+            self.sets[budget] = (backend, runner)
+            self.capture_s[budget] = time.perf_counter() - tic
+            self.graph_mem_gb[budget] = before - get_available_gpu_memory(model_runner.device, model_runner.gpu_id)
+            if is_rank0:
+                logger.info("DDTREE auto: verify width %d (budget %d) %s in %.1f s, %.2f GB.", budget + 1, budget,
+                            "captured" if runner is not None else "set up (no CUDA graphs)",
+                            self.capture_s[budget], self.graph_mem_gb[budget])
+
+    @contextlib.contextmanager
+    def active(self, budget: int):
+        """The target model runner verifies at budget ``budget`` inside the block (its own set afterwards)."""
+        mr = self.model_runner
+        backend, runner = self.sets[budget]
+        saved = mr.attn_backend, mr.decode_cuda_graph_runner
+        mr.attn_backend, mr.decode_cuda_graph_runner = backend, runner
+        try:
+            yield backend
+        finally:
+            mr.attn_backend, mr.decode_cuda_graph_runner = saved
+
+
+# ---- calibration -----------------------------------------------------------------------------------------
+def captured_graphs(runner) -> Dict[int, object]:
+    """{batch size: torch.cuda.CUDAGraph} of a decode CUDA-graph runner on upstream's full-graph backend
+    ({} for other graph backends or no runner)."""
+    graphs = getattr(getattr(runner, "backend", None), "_graphs", None)
+    if not isinstance(graphs, dict):
+        return {}
+    out = {}
+    for key, graph in graphs.items():
+        if getattr(key, "stream_idx", None) is None and getattr(key, "variant_label", None) is None:
+            out[int(key.size)] = graph
+    return out
+
+
+def replay_ms(graph, *, repeats: int = 5) -> float:
+    """Median GPU milliseconds of ``repeats`` replays of a captured graph with the inputs it was captured with
+    (one warm-up); start-up only, it synchronises."""
+    torch.cuda.synchronize()
+    graph.replay()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+# ---- the per-round choice --------------------------------------------------------------------------------
+class _Pending:
+    __slots__ = ("bs", "budget", "start", "end", "host")
+
+    def __init__(self, num_buckets: int):
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        # [sum of expected accepted drafts per bucket (num_buckets), observed accepted drafts, predicted at budget]
+        self.host = torch.zeros(num_buckets + 2, dtype=torch.float32, pin_memory=True)
+        self.bs = self.budget = None
+
+
+class AutoWidth:
+    """Chooses each round's budget (``choose``), and takes the round's results back (``begin`` / ``finish``)."""
+
+    RING = 8  # rounds in flight whose numbers have not been read yet (overlap keeps one or two)
+
+    def __init__(self, config: DDTreeConfig, batch_sizes: Sequence[int], *, max_batch_size: int, device):
+        self.config = config
+        self.budgets = tuple(config.buckets)
+        sizes = sorted({int(b) for b in batch_sizes} | {int(max_batch_size)})
+        self.costs = CostModel(sizes, self.budgets)
+        self.accept = ScoreAcceptModel(self.budgets)
+        self.policy = WidthPolicy(self.budgets, self.costs, self.accept)
+        self.forecast: Optional[DraftForecast] = None
+        self._ring = [_Pending(len(self.budgets)) for _ in range(self.RING)]
+        self._next = 0
+        self._inflight: collections.deque = collections.deque()
+        self._index = {b: i for i, b in enumerate(self.budgets)}
+        self._budget_idx = torch.tensor(self.budgets, dtype=torch.int64, device=device)
+
+    # -- calibration (start-up) --
+    def calibrate(self, verify_graphs: Dict[int, Dict[int, object]], draft_graphs: Dict[int, object],
+                  tree_ms: Dict[int, float]) -> None:
+        """Seed the cost model: verify graph replay per (batch size, budget) plus, when drafting, the draft graph
+        and the tree builds of that batch size. Batch sizes above the largest captured one run eagerly: seeded
+        by scaling the largest captured cost by the batch ratio (observations replace it)."""
+        largest = {}
+        for budget, graphs in verify_graphs.items():
+            for bs, graph in graphs.items():
+                ms = replay_ms(graph)
+                if budget > 0:
+                    draft = draft_graphs.get(bs)
+                    ms += (replay_ms(draft) if draft is not None else 0.0) + tree_ms.get(bs, 0.0)
+                self.costs.seed(bs, budget, ms)
+                if bs >= largest.get(budget, (0, 0.0))[0]:
+                    largest[budget] = (bs, ms)
+        top = self.costs.batch_sizes[-1]
+        for budget, (bs, ms) in largest.items():
+            if top > bs:
+                self.costs.seed(top, budget, ms * top / bs)
+
+    def describe(self) -> List[str]:
+        """The start-up log: the cost table and what the policy would pick per batch size."""
+        lines = []
+        for bs in self.costs.batch_sizes:
+            cells = ", ".join(f"{b}: {'-' if self.costs.cost(bs, b) is None else f'{self.costs.cost(bs, b):.2f}'}"
+                              for b in self.budgets)
+            lines.append(f"bs {bs} ms/round by budget {{{cells}}}")
+        lines += self.policy.describe(self.costs.batch_sizes)
+        return lines
+
+    # -- the round --
+    def choose(self, bs: int) -> int:
+        self._drain()
+        return self.policy.choose(bs, self.forecast)
+
+    def begin(self, bs: int, budget: int) -> _Pending:
+        slot = self._ring[self._next]
+        self._next = (self._next + 1) % self.RING
+        if slot in self._inflight:  # never read back: drop it rather than wait (the ring is generous)
+            self._inflight.remove(slot)
+        slot.bs, slot.budget = bs, budget
+        slot.start.record()
+        return slot
+
+    def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: torch.Tensor) -> None:
+        """After the round's last launch: stage its numbers for a later ``choose`` (device ops + one async copy).
+        ``full_tree_scores`` [bs, N_max] of the round's tree at the largest budget (None at budget 0)."""
+        bs = slot.bs
+        stage = torch.zeros(len(self.budgets) + 2, dtype=torch.float32, device=accept_lens.device)
+        observed = accept_lens.sum(dtype=torch.float32) - bs
+        if full_tree_scores is not None:
+            per_bucket = expected_drafts_at(full_tree_scores, self.budgets, index=self._budget_idx).sum(dim=0)
+            stage[: len(self.budgets)] = per_bucket
+            stage[-1] = per_bucket[self._index[slot.budget]]
+        stage[-2] = observed
+        slot.host.copy_(stage, non_blocking=True)
+        slot.end.record()
+        self._inflight.append(slot)
+
+    def _drain(self) -> None:
+        """Read every finished round's numbers, oldest first; stop at the first one still running."""
+        while self._inflight and self._inflight[0].end.query():
+            slot = self._inflight.popleft()
+            ms = slot.start.elapsed_time(slot.end)
+            try:
+                self.costs.observe(slot.bs, slot.budget, ms)
+            except ValueError:  # a batch larger than max_batch_size: nothing to learn for the table
+                pass
+            values = slot.host.tolist()
+            nb = len(self.budgets)
+            observed, predicted = values[nb], values[nb + 1]
+            if slot.budget > 0:
+                self.accept.observe(slot.budget, predicted, observed)
+                self.forecast = DraftForecast(slot.bs, values[:nb])
+            metrics.AUTO_STATS.add(slot.budget, slot.bs, predicted, observed)
