@@ -10,7 +10,8 @@ GPU, versions and the exact command.
 
     python benchmark/bench_e2e.py --target T --draft D --out benchmark/results/e2e.json \
         --configs plain,dflash,ddtree:16:4,ddtree:64:8 [--bs 1,16] [--attention-backend triton]
-Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, optionally ``+nograph`` / ``+nooverlap``.
+Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>`` (budget an integer or ``auto``), optionally
+``+nograph`` / ``+nooverlap``.
 ``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
 them with ``benchmark/analyze_trace.py``).
 """
@@ -101,11 +102,13 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
     if spec == "dflash":
         return dict(kw, speculative_algorithm="DFLASH", speculative_draft_model_path=draft)
     parts = spec.split(":")
-    if parts[0] != "ddtree" or len(parts) != 3 or not all(p.isdigit() for p in parts[1:]):
-        raise ValueError(f"unknown config {spec!r}: use plain | dflash | ddtree:<budget>:<topk>")
+    if (parts[0] != "ddtree" or len(parts) != 3 or not (parts[1].isdigit() or parts[1] == "auto")
+            or not parts[2].isdigit()):
+        raise ValueError(f"unknown config {spec!r}: use plain | dflash | ddtree:<budget or auto>:<topk>")
     _, budget, topk = parts
     return dict(kw, speculative_algorithm="DDTREE", speculative_draft_model_path=draft,
-                speculative_ddtree_budget=int(budget), speculative_ddtree_topk=int(topk))
+                speculative_ddtree_budget=budget if budget == "auto" else int(budget),
+                speculative_ddtree_topk=int(topk))
 
 
 _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True)}

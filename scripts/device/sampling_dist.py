@@ -92,8 +92,17 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1234, help="engine random_seed")
     ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {list(SETTINGS)}")
+    ap.add_argument("--cycle-budgets", action="store_true",
+                    help="budget auto: load the TEST-ONLY plugin's DDTREE_TEST_CYCLE_BUDGETS hook (test/_test_plugin), "
+                         "so every round verifies the next bucket of a fixed cycle (the width changes every round)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    if args.cycle_budgets:
+        sys.path.insert(0, os.path.join(ROOT, "test", "worker"))
+        import _test_plugin_env
+
+        _test_plugin_env.add_plugin_path()
+        os.environ.update({k: v for k, v in _test_plugin_env.plugin_env(cycle_budgets=True).items() if k != "PYTHONPATH"})
     args.settings = args.settings.split(",")
     unknown = [s for s in args.settings if s not in SETTINGS]
     if unknown:

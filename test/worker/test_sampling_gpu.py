@@ -51,16 +51,23 @@ SETTING_PROMPTS = {"t0.7": [0, 1, 2], "t0.7_k20": [0, 1, 2], "t0.7_p0.7": [3], "
 CASES = [(s, p) for s, ps in SETTING_PROMPTS.items() for p in ps]
 
 
+DDTREE_SPEC = "ddtree:auto:4" if os.environ.get("DDTREE_TEST_SAMPLING_AUTO", "") == "1" else "ddtree:16:4"
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     from sglang_ddtree.fixtures import tiny_pair_path
 
     pair = tiny_pair_path()
     out = tmp_path_factory.mktemp("sampling") / "sampling.json"
+    # DDTREE_TEST_SAMPLING_AUTO=1: the DDTREE engine runs --speculative-ddtree-budget auto with the test plugin's
+    # fixed bucket cycle (a new width every round, width 0 included)
+    auto = os.environ.get("DDTREE_TEST_SAMPLING_AUTO", "") == "1"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "device", "sampling_dist.py"),
-                           "--target", pair.target, "--draft", pair.draft, "--configs", "plain,ddtree:16:4",
+                           "--target", pair.target, "--draft", pair.draft, "--configs", f"plain,{DDTREE_SPEC}",
                            "--num-samples", "2000", "--tokens", "3", "--attention-backend", test_backend(),
-                           "--out", str(out)], capture_output=True, text=True, timeout=900)
+                           "--out", str(out)] + (["--cycle-budgets"] if auto else []),
+                          capture_output=True, text=True, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
     if keep:
@@ -95,11 +102,11 @@ def _draws(report, config, setting, prompt):
 
 def test_both_configs_ran(report):
     assert report["settings"]["sampling"] == SETTINGS and report["settings"]["setting_prompts"] == SETTING_PROMPTS
-    assert {"plain", "ddtree:16:4"} <= set(report["by_config"]), report["_log"][-4000:]
+    assert {"plain", DDTREE_SPEC} <= set(report["by_config"]), report["_log"][-4000:]
     for rec in report["results"]:
         assert "error" not in rec, (rec["config"], rec.get("traceback"))
         assert set(rec["samples"]) == set(SETTINGS)
-    acc = report["by_config"]["ddtree:16:4"]["mean_accept_length"]
+    acc = report["by_config"][DDTREE_SPEC]["mean_accept_length"]
     print(f"DDTREE mean accept length at T > 0: {acc}")
     assert all(a is not None and a > 1.0 for a in acc.values()), acc  # the tree walk accepted nodes
 
@@ -112,14 +119,14 @@ POSITIONS = {"first": lambda d: d[0], "second": lambda d: d[1], "pair": lambda d
 def test_ddtree_matches_plain(report, setting, prompt, position):
     key = POSITIONS[position]
     plain = [key(d) for d in _draws(report, "plain", setting, prompt)]
-    tree = [key(d) for d in _draws(report, "ddtree:16:4", setting, prompt)]
+    tree = [key(d) for d in _draws(report, DDTREE_SPEC, setting, prompt)]
     r = st.chi2_two_sample(plain, tree)
     print(f"{setting} prompt {prompt} {position}: chi2 {r.stat:.1f} df {r.df} p {r.p:.4f}")
     assert r.p > P_MIN, (setting, prompt, position, r)
 
 
 @pytest.mark.parametrize("setting,prompt", CASES)
-@pytest.mark.parametrize("config", ["plain", "ddtree:16:4"])
+@pytest.mark.parametrize("config", ["plain", DDTREE_SPEC])
 def test_close_to_exact_target(report, target, setting, prompt, config):
     s = SETTINGS[setting]
     ids = report["prompt_ids"][prompt]

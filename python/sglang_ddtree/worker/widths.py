@@ -29,9 +29,33 @@ import torch
 
 from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker import metrics
-from sglang_ddtree.width_policy import CostModel, DraftForecast, ScoreAcceptModel, WidthPolicy, expected_drafts_at
+from sglang_ddtree.width_policy import (CostModel, DraftForecast, ScoreAcceptModel, TableAcceptModel, WidthPolicy,
+                                       expected_drafts_at)
 
 logger = logging.getLogger(__name__)
+
+# Benchmarks on random weights (``benchmark/bench_shape.py``, ``--load-format dummy``: ~1 token accepted per round)
+# decide from a stated accept-length table instead of the drafter's scores: JSON {budget: tokens per round}, e.g.
+# '{"16": 8.61, "64": 9.75}' (``width_policy.TableAcceptModel``). Unset in serving.
+ACCEPT_TABLE_ENV = "SGLANG_DDTREE_AUTO_ACCEPT_TABLE"
+
+
+def accept_model(budgets):
+    """The drafter's scores corrected online (serving), or the table of ``ACCEPT_TABLE_ENV`` (benchmarks)."""
+    import json
+    import os
+
+    text = os.environ.get(ACCEPT_TABLE_ENV, "").strip()
+    if not text:
+        return ScoreAcceptModel(budgets)
+    try:
+        table = {int(b): float(t) for b, t in json.loads(text).items()}
+    except (ValueError, AttributeError, TypeError) as e:
+        raise ValueError(f"{ACCEPT_TABLE_ENV}={text!r}: want JSON {{budget: accept length}}, e.g. "
+                         f"'{{\"16\": 8.61, \"64\": 9.75}}' ({e}).") from None
+    logger.warning("DDTREE auto: accept lengths from %s=%s, not from the drafter (benchmarks only).",
+                   ACCEPT_TABLE_ENV, text)
+    return TableAcceptModel(table)
 
 
 # ---- verify resources per width --------------------------------------------------------------------------
@@ -152,7 +176,7 @@ class AutoWidth:
         self.budgets = tuple(config.buckets)
         sizes = sorted({int(b) for b in batch_sizes} | {int(max_batch_size)})
         self.costs = CostModel(sizes, self.budgets)
-        self.accept = ScoreAcceptModel(self.budgets)
+        self.accept = accept_model(self.budgets)
         self.policy = WidthPolicy(self.budgets, self.costs, self.accept)
         self.forecast: Optional[DraftForecast] = None
         self._ring = [_Pending(len(self.budgets)) for _ in range(self.RING)]
@@ -233,7 +257,7 @@ class AutoWidth:
             values = slot.host.tolist()
             nb = len(self.budgets)
             observed, predicted = values[nb], values[nb + 1]
-            if slot.budget > 0:
+            if slot.budget > 0 and isinstance(self.accept, ScoreAcceptModel):
                 self.accept.observe(slot.budget, predicted, observed)
                 self.forecast = DraftForecast(slot.bs, values[:nb])
             metrics.AUTO_STATS.add(slot.budget, slot.bs, predicted, observed)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The H200 runs of the budget-auto issue (13), one device call of <= 10 minutes each:
+#     bash scripts/device/issue13.sh auto     # correctness of --speculative-ddtree-budget auto on triton: sharp greedy
+#                                             # parity (the policy's own choice, and the test plugin's fixed bucket
+#                                             # cycle with graphs, without graphs, without overlap), T > 0 with the
+#                                             # cycle, and a quick unpaired tiny-pair run whose engine log shows the
+#                                             # start-up calibration and policy
+#     bash scripts/device/issue13.sh paired   # tiny pair, paired: AR, DFLASH (fa3 + triton), fixed budgets, auto at
+#                                             # batch 1 / 4 / 16 / 48 / 64 (fa3 staged)
+# Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts for `paired`).
+set -u
+cd "$(dirname "$0")/../.."
+PAR=scripts/device/parallel.sh
+PYT="python3 -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider"
+MODELS='python3 -c "import sys; sys.path.insert(0, \"test/worker\"); from _generated_models import generate_models; generate_models(sys.argv[1])"'
+PAIR='$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(\"--target\", p.target, \"--draft\", p.draft)")'
+case "${1:-}" in
+  auto)
+    exec bash $PAR \
+      "parity_auto=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_auto_cycle,sharp:dd_triton_auto,sharp:dd_triton_auto_cycle_nograph,sharp:dd_triton_auto_cycle_nooverlap --deadline-s 430" \
+      "sampling_auto=DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py" \
+      "pair_auto=python3 benchmark/bench_e2e.py $PAIR --configs plain,dflash,ddtree:63:8,ddtree:auto:8 --bs 1,16,48 --num-prompts 48 --max-new-tokens 64 --out \$CMD_OUT/e2e_auto.json"
+    ;;
+  paired)
+    OUT=${OUT:-/tmp/paired_out}
+    mkdir -p "$OUT"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    eval "P=\"$PAIR\""
+    # shellcheck disable=SC2086
+    timeout -k 10 "${PAIRED_TIMEOUT_S:-540}" python3 benchmark/bench_paired.py $P \
+      --configs plain+triton,plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+triton,ddtree:63:8+triton,ddtree:auto:8+triton \
+      --baselines dflash+fa3,plain+fa3 --bs "${PAIRED_BS:-1,4,16,48,64}" --repeats "${PAIRED_REPEATS:-2}" \
+      --num-prompts 64 --max-new-tokens 64 --out "$OUT/paired_auto.json" 2>&1 | tail -n 60
+    ls -la "$OUT"
+    ;;
+  *)
+    echo "usage: $0 auto|paired" >&2
+    exit 2
+    ;;
+esac
