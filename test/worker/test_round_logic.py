@@ -112,3 +112,40 @@ def test_chain_tree_reduces_to_chain_verification():
     _, _, r_index, r_next, r_sib = verify_topology(tree, prefix, int(prefix.sum()))
     predict, accept_index, num = verify_tree_greedy(tokens, r_index, r_next, r_sib, target_next, depth + 1)
     assert num.tolist() == keep
+
+
+@pytest.mark.parametrize("budget", [0, 1, 3])
+def test_small_auto_buckets_commit_padded_to_the_servers_accept_width(budget):
+    """budget auto: a bucket whose tree has fewer rows than the server's accept width W commits through
+    ``pad_commit``: the same accepted tokens, bonus, lengths and live KV moves as the unpadded commit, and the
+    extra columns past every accept length (no KV move, context slot 0, positions prefix + depth)."""
+    from sglang_ddtree.tree.metadata import Tree
+    from sglang_ddtree.worker.kv_commit import pad_commit
+
+    bs, width, depth = 4, 8, 7
+    g = torch.Generator().manual_seed(budget)
+    if budget == 0:
+        tree = Tree.make_dummy(bs, 0, "cpu", max_depth=depth)
+        tokens = fill_root(tree, torch.randint(6, (bs,), generator=g))
+        target_next = torch.randint(6, tokens.shape, generator=g)
+    else:
+        tree, tokens, target_next = _make_round(bs, depth, 2, budget, budget)
+    n = budget + 1
+    prefix = torch.tensor([3, 0, 9, 5])
+    verify_loc = 100 + torch.arange(bs * n).view(bs, n)
+    small = greedy_accept_commit(tree, tokens, target_next, verify_loc, prefix, min(width, n), backend="torch")
+    c = pad_commit(small, width)
+    assert c.out_tokens.shape == (bs, width) and c.ctx_loc_2d.shape == (bs, width)
+    for f in ("kv_tgt", "kv_src", "ctx_rows", "ctx_positions"):
+        assert getattr(c, f).shape == (bs * width,), f
+    assert torch.equal(c.accept_lens, small.accept_lens) and torch.equal(c.bonus, small.bonus)
+    assert bool((c.accept_lens <= n).all())
+    assert torch.equal(c.out_tokens[:, :n], small.out_tokens) and not c.out_tokens[:, n:].any()
+    assert not c.kv_tgt.view(bs, width)[:, n:].any() and not c.kv_src.view(bs, width)[:, n:].any()
+    assert not c.ctx_loc_2d[:, n:].any()
+    assert torch.equal(c.ctx_positions.view(bs, width), prefix.view(bs, 1) + torch.arange(width).view(1, width))
+    assert torch.equal(c.ctx_rows.view(bs, width)[:, n:], (torch.arange(bs) * n).view(bs, 1).expand(bs, width - n))
+    if budget == 0:  # no drafting: the round commits the root's target token, one token per request
+        assert torch.equal(c.accept_lens, torch.ones(bs, dtype=torch.int32))
+        assert torch.equal(c.bonus, target_next[:, 0])
+    assert pad_commit(c, width) is c

@@ -119,6 +119,32 @@ def greedy_accept_commit(
     return out
 
 
+def pad_commit(c: RoundCommit, width: int) -> RoundCommit:
+    """``c`` (accept width w, from a tree of fewer rows than the server's accept width: a small bucket of budget
+    auto) widened to ``width`` >= w columns, the new ones past every accept length: tokens 0, KV moves (0, 0),
+    context rows the request's root, context slots 0 (SGLang's dummy slot) and positions prefix + depth, as the
+    kernel leaves unused columns. No host sync."""
+    bs, w = c.out_tokens.shape
+    if w == width:
+        return c
+    dev, extra = c.out_tokens.device, width - w
+
+    def wide(t2d: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t2d, fill.to(t2d.dtype).expand(bs, extra)], dim=1)
+
+    zero = torch.zeros((1, 1), dtype=torch.int64, device=dev)
+    rows = c.ctx_rows.view(bs, w)
+    positions = c.ctx_positions.view(bs, w)
+    return RoundCommit(
+        out_tokens=wide(c.out_tokens, zero), bonus=c.bonus, accept_lens=c.accept_lens, new_seq_lens=c.new_seq_lens,
+        kv_tgt=wide(c.kv_tgt.view(bs, w), zero).reshape(-1), kv_src=wide(c.kv_src.view(bs, w), zero).reshape(-1),
+        ctx_rows=torch.cat([rows, rows[:, :1].expand(bs, extra)], dim=1).reshape(-1),
+        ctx_loc_2d=wide(c.ctx_loc_2d, zero),
+        ctx_positions=torch.cat([positions, positions[:, :1] + torch.arange(w, width, device=dev).view(1, extra)],
+                                dim=1).reshape(-1),
+    )
+
+
 class AcceptedKVMover:
     """Applies a round's target-KV moves (``RoundCommit.kv_tgt`` / ``kv_src``) to the target's pool.
 
