@@ -74,6 +74,10 @@ class CostModel:
         self._ms: Dict[tuple, float] = {}
         self._seed: Dict[tuple, float] = {}
         self._observed: set = set()
+        # Running sums of (observed - seed) over observed seeded keys, by kind (drafting or not): O(1) lookups,
+        # since the policy asks for every bucket's cost every round.
+        self._offset_sum = {False: 0.0, True: 0.0}
+        self._offset_n = {False: 0, True: 0}
 
     def _key(self, bs: int, budget: int) -> tuple:
         i = bisect.bisect_left(self.batch_sizes, bs)
@@ -89,8 +93,16 @@ class CostModel:
 
     def observe(self, bs: int, budget: int, ms: float) -> None:
         key = self._key(bs, budget)
-        old = self._ms.get(key)
-        self._ms[key] = float(ms) if old is None else old + self.smoothing * (float(ms) - old)
+        old = self._ms.get(key)  # the first observation replaces a calibration seed, later ones are smoothed
+        new = float(ms) if key not in self._observed else old + self.smoothing * (float(ms) - old)
+        self._ms[key] = new
+        if key in self._seed:
+            kind = budget > 0
+            if key in self._observed:
+                self._offset_sum[kind] += new - old
+            else:
+                self._offset_sum[kind] += new - self._seed[key]
+                self._offset_n[kind] += 1
         self._observed.add(key)
 
     def cost(self, bs: int, budget: int) -> Optional[float]:
@@ -100,9 +112,8 @@ class CostModel:
         key = self._key(bs, budget)
         if key in self._observed or key not in self._seed:
             return self._ms.get(key)
-        offsets = [self._ms[k] - self._seed[k] for k in self._observed
-                   if k in self._seed and (k[1] > 0) == (budget > 0)]
-        return self._seed[key] + (sum(offsets) / len(offsets) if offsets else 0.0)
+        n = self._offset_n[budget > 0]
+        return self._seed[key] + (self._offset_sum[budget > 0] / n if n else 0.0)
 
     def table(self) -> Dict[tuple, Optional[float]]:
         """{(batch size, budget): ms} for every captured batch size and bucket (the start-up log)."""

@@ -56,7 +56,7 @@ case "${1:-}" in
     exec bash $PAR \
       "kernels=$PYT test/worker/test_tree_attention_interp.py" \
       "vl_fa3=DDTREE_TEST_REPORT_DIR=\$CMD_OUT $PYT -s test/worker/test_verify_logits_gpu.py -k fa3" \
-      "parity_fa3=$MODELS /tmp/m_fa3 && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa3 --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_b256,sharp:dd_fa3_b64_nograph,sharp:dd_fa3_b15_nooverlap --deadline-s 420" \
+      "parity_fa3=$MODELS /tmp/m_fa3 && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa3 --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_auto_cycle,sharp:dd_fa3_b256,sharp:dd_fa3_b64_nograph,sharp:dd_fa3_b15_nooverlap --deadline-s 440" \
       "sampling_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_sampling_gpu.py" \
       "features_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py"
     ;;

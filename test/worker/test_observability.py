@@ -224,6 +224,47 @@ def test_metrics_export_rate_gauge_and_histogram_counter(monkeypatch):
     assert counter.values[key(accept_length="1")] == 2  # a counter: intervals add up
 
 
+def test_budget_auto_interval_stats_in_the_log_line_and_metrics(monkeypatch, caplog):
+    """budget auto: the decode line and /metrics carry the interval's chosen budgets and the predicted vs observed
+    accepted drafts (rounds that carried a forecast only); the interval resets with the line."""
+    fakes = tuple(_FakeMetric() for _ in range(4))
+    monkeypatch.setattr(metrics, "_auto_metrics", fakes)
+    monkeypatch.setattr(metrics, "_counter", _FakeMetric())
+    monkeypatch.setattr(metrics, "AUTO_STATS", metrics.AutoStats())
+    stats = metrics.AUTO_STATS
+    stats.add(0, 4)  # width 0: no tree
+    stats.add(15, 4, 12.0, 6.0)  # a forecast round: 3 predicted, 1.5 observed per request
+    stats.add(15, 4)  # a drafting round without a forecast: counts as a round, not in predicted / observed
+    stats.add(63, 2, 10.0, 9.0)
+    assert stats.request_rounds == 14 and stats.drafted_request_rounds == 6
+    mean = (15 * 8 + 63 * 2) / 14
+    text = (f"auto budget: mean {mean:.1f}, rounds by budget 0:1 15:2 63:1, accepted drafts predicted 3.67 "
+            f"observed 2.50, ")
+    r = _reporter(interval=1)  # upstream's own decode line
+    caplog.set_level(logging.INFO, logger=REPORTER_LOGGER)
+    _round(_processor(r), [1, 2])
+    _decode_step(r)
+    (line,) = _decode_lines(caplog)
+    assert text in line and stats.request_rounds == 0  # reset with the interval
+    for args in ((0, 4), (15, 4, 12.0, 6.0), (15, 4), (63, 2, 10.0, 9.0)):
+        stats.add(*args)
+    r = _reporter(metrics_on=True, interval=1)
+    r.metrics_collector = types.SimpleNamespace(labels={"model_name": "m"}, spec_accept_rate=_FakeMetric())
+
+    def upstream(reporter, *a, **k):
+        reporter.spec_num_accept_tokens = reporter.spec_num_forward_ct = 0
+
+    _round(_processor(r), [1, 2])
+    r.forward_ct_decode = 1
+    metrics.report_decode_stats(upstream, r)
+    budget, rounds, predicted, observed = fakes
+    key = (("model_name", "m"),)
+    assert budget.values == {key: pytest.approx(mean)}
+    assert rounds.values == {tuple(sorted(key + (("budget", b),))): n for b, n in (("0", 1), ("15", 2), ("63", 1))}
+    assert predicted.values == {key: pytest.approx(22 / 6)} and observed.values == {key: pytest.approx(15 / 6)}
+    assert stats.request_rounds == 0  # reset with the interval
+
+
 def test_report_hook_passes_through_without_ddtree_rounds():
     calls = []
     r = _reporter("DFLASH", metrics_on=True, interval=1)

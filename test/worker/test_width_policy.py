@@ -110,7 +110,9 @@ def test_cost_model_pads_batch_sizes_and_smooths():
     c.seed(8, 16, 10.0)
     assert c.cost(5, 16) == 10.0  # runs in the bs-8 graph
     assert c.cost(9, 16) is None
-    c.observe(8, 16, 14.0)
+    c.observe(8, 16, 14.0)  # the first observation replaces the seed, later ones are smoothed
+    assert c.cost(8, 16) == pytest.approx(14.0)
+    c.observe(8, 16, 10.0)
     assert c.cost(8, 16) == pytest.approx(12.0)
     c.observe(1, 0, 3.0)  # first observation seeds
     assert c.cost(1, 0) == 3.0
@@ -118,6 +120,25 @@ def test_cost_model_pads_batch_sizes_and_smooths():
         c.cost(33, 16)
     with pytest.raises(ValueError):
         c.seed(1, 7, 1.0)
+
+
+def test_cost_model_lends_observed_offsets_to_unobserved_buckets():
+    """A calibration replays graphs alone; a round costs more (host work, eager glue). Unobserved keys take the
+    mean offset of observed ones of the same kind (drafting or not), kept as running sums."""
+    c = CostModel([1, 8], (0, 3, 15), smoothing=0.5)
+    for bs in (1, 8):
+        for b, ms in ((0, 0.2), (3, 0.5), (15, 0.6)):
+            c.seed(bs, b, ms + bs * 0.01)
+    c.observe(1, 15, 1.6)  # the first observation replaces the seed (0.61): offset +0.99
+    assert c.cost(1, 15) == pytest.approx(1.6)
+    assert c.cost(8, 3) == pytest.approx(0.58 + 0.99) and c.cost(1, 0) == pytest.approx(0.21)  # other kind: seed
+    c.observe(1, 15, 2.6)  # EMA 2.1: offset +1.49
+    c.observe(8, 15, 0.68 + 0.5)  # offset +0.5
+    assert c.cost(8, 3) == pytest.approx(0.58 + (1.49 + 0.5) / 2)
+    c.observe(1, 0, 0.41)
+    assert c.cost(8, 0) == pytest.approx(0.28 + 0.2)
+    table = c.table()
+    assert len(table) == 6 and table[(1, 15)] == pytest.approx(2.1)
 
 
 def _costs(batch_sizes, budgets, *, step_ms=5.0, per_token_ms=0.004, fixed_ms=1.5):

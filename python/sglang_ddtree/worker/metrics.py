@@ -93,13 +93,15 @@ class AutoStats:
         self.budget_request_rounds = 0  # sum of budget x requests
         self.predicted = 0.0
         self.observed = 0.0
-        self.drafted_request_rounds = 0  # request-rounds with a tree (budget > 0)
+        self.drafted_request_rounds = 0  # request-rounds with a tree (budget > 0) and a forecast
 
-    def add(self, budget: int, rows: int, predicted: float, observed: float) -> None:
+    def add(self, budget: int, rows: int, predicted: Optional[float] = None, observed: Optional[float] = None) -> None:
+        """One round of ``rows`` requests at ``budget``; predicted / observed accepted drafts (sums over the rows)
+        for the rounds that carried a forecast."""
         self.rounds_by_budget[budget] += 1
         self.request_rounds += rows
         self.budget_request_rounds += budget * rows
-        if budget > 0:
+        if budget > 0 and predicted is not None:
             self.predicted += predicted
             self.observed += observed
             self.drafted_request_rounds += rows

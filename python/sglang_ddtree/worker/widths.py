@@ -156,7 +156,7 @@ def replay_ms(graph, *, repeats: int = 5) -> float:
 
 # ---- the per-round choice --------------------------------------------------------------------------------
 class _Pending:
-    __slots__ = ("bs", "budget", "start", "end", "host")
+    __slots__ = ("bs", "budget", "start", "end", "host", "scored")
 
     def __init__(self, num_buckets: int):
         self.start = torch.cuda.Event(enable_timing=True)
@@ -164,12 +164,14 @@ class _Pending:
         # [sum of expected accepted drafts per bucket (num_buckets), observed accepted drafts, predicted at budget]
         self.host = torch.zeros(num_buckets + 2, dtype=torch.float32, pin_memory=True)
         self.bs = self.budget = None
+        self.scored = False  # the round carried a forecast (the largest bucket's tree scores)
 
 
 class AutoWidth:
     """Chooses each round's budget (``choose``), and takes the round's results back (``begin`` / ``finish``)."""
 
     RING = 8  # rounds in flight whose numbers have not been read yet (overlap keeps one or two)
+    FORECAST_EVERY = 4  # drafting rounds per forecast (the largest bucket's tree + expected drafts per bucket)
 
     def __init__(self, config: DDTreeConfig, batch_sizes: Sequence[int], *, max_batch_size: int, device):
         self.config = config
@@ -181,6 +183,7 @@ class AutoWidth:
         self.forecast: Optional[DraftForecast] = None
         self._ring = [_Pending(len(self.budgets)) for _ in range(self.RING)]
         self._next = 0
+        self._drafting_rounds = 0
         self._inflight: collections.deque = collections.deque()
         self._index = {b: i for i, b in enumerate(self.budgets)}
         self._budget_idx = torch.tensor(self.budgets, dtype=torch.int64, device=device)
@@ -221,6 +224,15 @@ class AutoWidth:
         self._drain()
         return self.policy.choose(bs, self.forecast)
 
+    def wants_forecast(self, budget: int) -> bool:
+        """Whether this drafting round should also score the largest bucket's tree (every ``FORECAST_EVERY``-th
+        drafting round: forecasts move slowly, and each costs a second tree build below the largest bucket plus
+        a sort of its scores)."""
+        if budget == 0:
+            return False
+        self._drafting_rounds += 1
+        return self._drafting_rounds % self.FORECAST_EVERY == 1 or self.forecast is None
+
     def begin(self, bs: int, budget: int) -> _Pending:
         slot = self._ring[self._next]
         self._next = (self._next + 1) % self.RING
@@ -234,6 +246,7 @@ class AutoWidth:
         """After the round's last launch: stage its numbers for a later ``choose`` (device ops + one async copy).
         ``full_tree_scores`` [bs, N_max] of the round's tree at the largest budget (None at budget 0)."""
         bs = slot.bs
+        slot.scored = full_tree_scores is not None
         stage = torch.zeros(len(self.budgets) + 2, dtype=torch.float32, device=accept_lens.device)
         observed = accept_lens.sum(dtype=torch.float32) - bs
         if full_tree_scores is not None:
@@ -257,7 +270,7 @@ class AutoWidth:
             values = slot.host.tolist()
             nb = len(self.budgets)
             observed, predicted = values[nb], values[nb + 1]
-            if slot.budget > 0 and isinstance(self.accept, ScoreAcceptModel):
+            if slot.scored and isinstance(self.accept, ScoreAcceptModel):
                 self.accept.observe(slot.budget, predicted, observed)
                 self.forecast = DraftForecast(slot.bs, values[:nb])
-            metrics.AUTO_STATS.add(slot.budget, slot.bs, predicted, observed)
+            metrics.AUTO_STATS.add(slot.budget, slot.bs, *((predicted, observed) if slot.scored else ()))

@@ -188,7 +188,7 @@ class DDTreeWorker(DFlashWorkerV2):
             log_probs, token_ids = self._draft(batch, draft_input, bs, host)
             # BUILD: Tree of [bs, N] rows (row 0 the root).
             tree = build_tree(log_probs, token_ids, budget)
-            if pending is not None:
+            if pending is not None and self._auto.wants_forecast(budget):
                 forecast_scores = (tree if budget == cfg.budget else build_tree(log_probs, token_ids, cfg.budget)).scores
         tokens = fill_root(tree, draft_input.bonus_tokens)  # [bs, N] int64, the bonus tokens as roots
 
