@@ -20,6 +20,14 @@ UNSUPPORTED_TARGET_BACKENDS = {
     "trtllm_mha": "it has no custom (tree) attention mask",
 }
 
+# Tested backends that run only on some GPU generations: backend -> (compute-capability majors, why). fa3 is
+# sgl_kernel's FlashAttention 3 library; upstream's attention_registry asserts SM 8.x / 9.x only when the model
+# runner builds the backend, after the weights have loaded, so on Blackwell (sm_100 / sm_120) DDTREE refuses it
+# at argument validation instead. triton and flashinfer run on every CUDA GPU SGLang supports.
+ARCH_LIMITED_BACKENDS = {
+    "fa3": ((8, 9), "FlashAttention 3 (sgl_kernel's flash_ops) runs on Hopper sm_90 / Ampere sm_80 only"),
+}
+
 # Chosen for the target when the user names no attention backend at all: the fastest tested one measured for
 # DDTREE. On the H200 (paired, tiny pair, benchmark/results/paired_fa3_h200_session5*.json) DDTREE b64 on fa3
 # against triton: per-repetition medians 0.94 / 0.98 / 1.06 at bs 1 / 16 / 48 (5 repetitions) and 0.91 / 0.86 /
@@ -52,3 +60,19 @@ def fa3_library_installed() -> bool:
 def refusal_reason(backend: str) -> str:
     """Why DDTREE refuses ``backend`` for the target (for an error message)."""
     return UNSUPPORTED_TARGET_BACKENDS.get(backend, "its tree-mask verify path is untested with DDTREE")
+
+
+def arch_refusal(backend: str, capability) -> "str | None":
+    """Why ``backend`` cannot run on a GPU of compute ``capability`` (major, minor), or None when it can (or
+    when the capability is unknown: None)."""
+    if capability is None or backend not in ARCH_LIMITED_BACKENDS:
+        return None
+    majors, why = ARCH_LIMITED_BACKENDS[backend]
+    if capability[0] in majors:
+        return None
+    return f"{why}, and this GPU is sm_{capability[0]}{capability[1]}"
+
+
+def backends_for_capability(capability) -> tuple:
+    """The tested target backends that run on a GPU of compute ``capability`` (for messages)."""
+    return tuple(b for b in TESTED_TARGET_ATTENTION_BACKENDS if arch_refusal(b, capability) is None)

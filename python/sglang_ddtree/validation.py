@@ -20,6 +20,8 @@ import logging
 from sglang_ddtree.backends import (
     TESTED_TARGET_ATTENTION_BACKENDS,
     UNSUPPORTED_TARGET_BACKENDS,
+    arch_refusal,
+    backends_for_capability,
     refusal_reason,
     tested_backends_text,
 )
@@ -143,7 +145,8 @@ def _check_platform_and_parallelism(server_args) -> None:
 
 
 def _check_target_attention_backends(server_args) -> None:
-    """The target's prefill and decode backends both serve the tree verify; each must be tested."""
+    """The target's prefill and decode backends both serve the tree verify; each must be tested, and each
+    (with a drafter backend the user named) must run on this GPU's architecture (fa3: not on Blackwell)."""
     from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
 
     prefill, decode = attention_backends_of(resolved_view(server_args))
@@ -155,6 +158,29 @@ def _check_target_attention_backends(server_args) -> None:
             f"{_backend_origin(server_args, flag, backend)}: {refusal_reason(backend)}. Use "
             f"--attention-backend {tested_backends_text()}."
         )
+    capability = _cuda_capability()
+    draft = getattr(server_args, "speculative_draft_attention_backend", None)
+    for what, backend in (("prefill", prefill), ("decode", decode), ("draft", draft)):
+        why = arch_refusal(backend, capability) if backend is not None else None
+        if why is not None:
+            usable = backends_for_capability(capability)
+            flag = "--speculative-draft-attention-backend" if what == "draft" else "--attention-backend"
+            raise DDTreeArgumentError(
+                f"--speculative-algorithm DDTREE cannot use the {what} attention backend '{backend}' on this GPU: "
+                f"{why}. Use {flag} {' or '.join(usable)}."
+            )
+
+
+def _cuda_capability():
+    """(major, minor) of GPU 0 as torch sees it, or None without a visible CUDA GPU (then no arch check)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return tuple(torch.cuda.get_device_capability(0))
+    except Exception:  # noqa: BLE001 - a broken CUDA set-up is the doctor's business, not validation's
+        return None
+    return None
 
 
 def _backend_origin(server_args, flag: str, backend: str) -> str:

@@ -8,8 +8,22 @@
 # Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts). Results under $OUT:
 # serving.json + PNGs (serving_plots.tar.gz), shadow_c1.json, shadow_c8.json, rollout.log (with wait-healthy's
 # exit codes and times).
+# Faults under load (test/worker/test_faults_gpu.py), each its own device call of <= 600 s, through gpu_suite.sh
+# (logs, JUnit XML and the tests' JSON records in $OUT/<suite>.tar):
+#     bash scripts/device/rollout.sh faults   # KV pool too small (retraction) + server restart under load, ~7 min
+#     bash scripts/device/rollout.sh soak     # mixed soak at concurrency 64, DDTREE_SOAK_S=300 (default here), ~8 min
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
+case "${1:-}" in
+  faults)
+    SUITE=faults FILE_TIMEOUT=570 exec bash scripts/device/gpu_suite.sh \
+      "test/worker/test_faults_gpu.py@kv_pool or restart" ;;
+  soak)
+    DDTREE_SOAK_S=${DDTREE_SOAK_S:-300} SUITE=soak FILE_TIMEOUT=570 exec bash scripts/device/gpu_suite.sh \
+      "test/worker/test_faults_gpu.py@soak" ;;
+  "") ;;
+  *) echo "usage: bash scripts/device/rollout.sh [faults|soak]" >&2; exit 2 ;;
+esac
 OUT=${OUT:-/tmp/rollout_out}
 mkdir -p "$OUT/plots" "$OUT/logs"
 # shellcheck disable=SC1091

@@ -132,11 +132,53 @@ def test_no_model_weights_in_the_image():
         assert forbidden not in text, f"{forbidden!r}: the model belongs in the mounted HF cache, not the image"
 
 
-def test_healthcheck_hits_health_on_the_served_port():
+def _healthcheck():
     hc = [args for instr, args in _instructions() if instr == "HEALTHCHECK"]
-    assert len(hc) == 1 and " CMD " in f" {hc[0]} "
-    assert "/health" in hc[0] and "'PORT', '30000'" in hc[0]
+    assert len(hc) == 1
+    opts, _, cmd = hc[0].partition(" CMD ")
+    return dict(re.findall(r"--([a-z-]+)=(\S+)", opts)), json.loads(cmd)
+
+
+def test_healthcheck_is_wait_healthy_on_the_served_port_within_dockers_timeout():
+    opts, cmd = _healthcheck()
+    assert cmd[:2] == ["/bin/sh", "-c"] and len(cmd) == 3, cmd
+    assert "python3 -m sglang_ddtree wait-healthy" in cmd[2] and "http://127.0.0.1:${PORT:-30000}" in cmd[2]
+    inner = float(re.search(r"--timeout (\d+)", cmd[2]).group(1))
+    assert inner + 5 <= float(opts["timeout"].rstrip("s")), (inner, opts)  # wait-healthy ends first
+    assert cmd[2].rstrip().endswith("|| exit 1")  # its exit codes 2 / 3 are not HEALTHCHECK codes
     assert ("EXPOSE", "30000") in _instructions()
+
+
+def _run_healthcheck(tmp_path, rc, **env):
+    fake = _fake_python3(tmp_path, f'echo "python3 $*"; exit {rc}')
+    fake.pop("PORT", None)
+    fake.pop("SGLANG_DDTREE_HEALTH_API_KEY", None)
+    return subprocess.run(_healthcheck()[1], env={**fake, **env}, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("rc, want", [(0, 0), (1, 1), (2, 1), (3, 1)])
+def test_healthcheck_command_runs_and_maps_exit_codes(tmp_path, rc, want):
+    proc = _run_healthcheck(tmp_path, rc)
+    assert proc.returncode == want
+    assert proc.stdout.split() == ["python3", "-m", "sglang_ddtree", "wait-healthy", "--url",
+                                   "http://127.0.0.1:30000", "--timeout", "20", "--interval", "2", "--quiet"]
+    proc = _run_healthcheck(tmp_path, 0, PORT="8000", SGLANG_DDTREE_HEALTH_API_KEY="k")
+    assert "--url http://127.0.0.1:8000 " in proc.stdout and proc.stdout.split()[-2:] == ["--api-key", "k"]
+
+
+def test_healthcheck_against_a_real_wait_healthy_and_a_dead_port(tmp_path):
+    """The real command, the real wait-healthy: nothing listens, so it must report unhealthy (1), in time."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**_fake_python3(tmp_path, ""), "PORT": str(port)}
+    cmd = _healthcheck()[1]
+    cmd[2] = cmd[2].replace("--timeout 20", "--timeout 2")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "timed out" in proc.stdout + proc.stderr
 
 
 def test_entrypoint_and_default_command():
@@ -207,27 +249,44 @@ def test_gate_fails_when_the_doctor_crashes(tmp_path):
     assert proc.returncode != 0 and "no JSON report" in proc.stderr
 
 
-def _run_entrypoint(tmp_path, *args, port=None):
-    env = _fake_python3(tmp_path, 'echo "python3 $*"; exit 0')
+DOCTOR_RUN = "python3 -m sglang_ddtree doctor"
+
+
+def _run_entrypoint(tmp_path, *args, port=None, doctor_rc=0, mode=None, want_rc=0):
+    env = _fake_python3(tmp_path, f'echo "python3 $*"; [ "$*" = "-m sglang_ddtree doctor" ] && exit {doctor_rc}; exit 0')
     env.pop("PORT", None)
+    env.pop("SGLANG_DDTREE_DOCTOR", None)
     if port:
         env["PORT"] = port
+    if mode is not None:
+        env["SGLANG_DDTREE_DOCTOR"] = mode
     proc = subprocess.run([SH, os.path.join(DOCKER, "entrypoint.sh"), *args], env=env, capture_output=True,
                           text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
+    assert proc.returncode == want_rc, proc.stdout + proc.stderr
+    return proc.stdout.strip(), proc.stderr
 
 
-def test_entrypoint_passes_flags_to_the_server_on_all_interfaces(tmp_path):
+def test_entrypoint_runs_the_doctor_then_the_server_on_all_interfaces(tmp_path):
     served = "python3 -m sglang.launch_server --host 0.0.0.0 --port"
-    assert _run_entrypoint(tmp_path, "--model-path", "T", "--speculative-algorithm", "DDTREE") == (
-        f"{served} 30000 --model-path T --speculative-algorithm DDTREE")
-    assert _run_entrypoint(tmp_path, "--help", port="8000") == f"{served} 8000 --help"
-    assert _run_entrypoint(tmp_path) == f"{served} 30000"
+    out, _ = _run_entrypoint(tmp_path, "--model-path", "T", "--speculative-algorithm", "DDTREE")
+    assert out.splitlines() == [DOCTOR_RUN, f"{served} 30000 --model-path T --speculative-algorithm DDTREE"]
+    assert _run_entrypoint(tmp_path, "--help", port="8000")[0] == f"{served} 8000 --help"  # no doctor for --help
+    assert _run_entrypoint(tmp_path)[0] == f"{served} 30000"
+
+
+def test_entrypoint_stops_on_a_failed_doctor_unless_told_otherwise(tmp_path):
+    out, err = _run_entrypoint(tmp_path, "--model-path", "T", doctor_rc=1, want_rc=1)
+    assert out == DOCTOR_RUN and "not starting the server" in err and "SGLANG_DDTREE_DOCTOR=warn" in err
+    out, err = _run_entrypoint(tmp_path, "--model-path", "T", doctor_rc=1, mode="warn")
+    assert out.splitlines()[-1].endswith("--port 30000 --model-path T") and "starting anyway" in err
+    out, _ = _run_entrypoint(tmp_path, "--model-path", "T", doctor_rc=1, mode="off")
+    assert DOCTOR_RUN not in out and out.endswith("--model-path T")
+    _, err = _run_entrypoint(tmp_path, "--model-path", "T", mode="sometimes", want_rc=2)
+    assert "use fail, warn or off" in err
 
 
 def test_entrypoint_runs_other_commands_as_given(tmp_path):
-    assert _run_entrypoint(tmp_path, "python3", "-m", "sglang_ddtree", "doctor") == "python3 -m sglang_ddtree doctor"
+    assert _run_entrypoint(tmp_path, "python3", "-m", "sglang_ddtree", "doctor")[0] == DOCTOR_RUN
 
 
 # ---- compose and README ------------------------------------------------------------------------------

@@ -153,6 +153,45 @@ BAD_CLI = [
 ]
 
 
+@pytest.mark.parametrize("capability", [(10, 0), (12, 0)], ids=["sm100", "sm120"])
+@pytest.mark.parametrize("extra, what, flag", [
+    (["--attention-backend", "fa3"], "prefill", "--attention-backend"),
+    (["--attention-backend", "triton", "--decode-attention-backend", "fa3"], "decode", "--attention-backend"),
+    (["--attention-backend", "triton", "--speculative-draft-attention-backend", "fa3"], "draft",
+     "--speculative-draft-attention-backend"),
+], ids=["target", "decode", "draft"])
+def test_fa3_is_refused_on_blackwell(parse, tiny_configs, capsys, monkeypatch, capability, extra, what, flag):
+    """fa3 would pass validation and then fail upstream's SM 8.x / 9.x assertion after the weights load."""
+    from sglang_ddtree import validation
+
+    monkeypatch.setattr(validation, "_cuda_capability", lambda: capability)
+    sm = f"sm_{capability[0]}{capability[1]}"
+    _one_line_cli_error(capsys, lambda: parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
+                                              *extra),
+                        rf"cannot use the {what} attention backend 'fa3' on this GPU: FlashAttention 3 \(sgl_kernel's "
+                        rf"flash_ops\) runs on Hopper sm_90 / Ampere sm_80 only, and this GPU is {sm}\. "
+                        rf"Use {flag} triton or flashinfer\.")
+
+
+@pytest.mark.parametrize("capability, backend", [((12, 0), "triton"), ((12, 0), "flashinfer"), ((10, 0), "triton"),
+                                                 ((9, 0), "fa3"), (None, "fa3")])
+def test_backends_that_run_on_the_gpu_are_accepted(parse, tiny_configs, monkeypatch, capability, backend):
+    from sglang_ddtree import validation
+
+    monkeypatch.setattr(validation, "_cuda_capability", lambda: capability)
+    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"], "--attention-backend", backend)
+    assert sa.attention_backend == backend
+
+
+def test_default_backend_runs_on_every_architecture_we_compile_for():
+    from sglang_ddtree.backends import DEFAULT_TARGET_ATTENTION_BACKEND, arch_refusal, backends_for_capability
+
+    for capability in ((9, 0), (10, 0), (10, 3), (12, 0)):
+        assert arch_refusal(DEFAULT_TARGET_ATTENTION_BACKEND, capability) is None, capability
+    assert backends_for_capability((12, 0)) == ("triton", "flashinfer")
+    assert backends_for_capability((9, 0)) == ("triton", "flashinfer", "fa3")
+
+
 def _one_line_cli_error(capsys, parse_call, message):
     """The command line prints a DDTREE configuration error as ONE line (after any log lines, no
     traceback) and exits with status 2."""
