@@ -9,7 +9,8 @@ test there), else on CPU under the Triton interpreter (re-run in a subprocess). 
 GDN output, intermediate SSM state and conv window is held against a float64 recurrence over that node's root
 path, and after a greedy ACCEPT the committed slot state against the reference state of the last accepted node.
 Two deliberate faults must fail those same checks: siblings chained in descending row order, and committing
-row ``accept_len - 1`` (DFLASH's chain rule) instead of the accepted node's row.
+row ``accept_len - 1`` (DFLASH's chain rule) instead of the accepted node's row (the same two faults the GPU tests
+inject through the test plugin, ``DDTREE_TEST_HYBRID_FAULT``).
 The commit's scatter is a stand-in with the documented semantics of upstream's
 ``scatter_mamba_states_after_mtp_verify`` (``dst[slot[i]] = src[i, step[i]]``; its wrappers refuse CPU tensors);
 the GPU engine tests (``test_hybrid_gpu.py``) run the real one.
@@ -30,6 +31,9 @@ if _RUN_HERE:
         fused_sigmoid_gating_delta_rule_update,
     )
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
+
+    from _test_plugin_env import PLUGIN_DIR  # noqa: F401  (puts the test plugin's pure modules on sys.path)
+    from ddtree_test_hooks.verify_check import reversed_sibling_links
 
     from sglang_ddtree.tree import build_tree, build_verify_topology
     from sglang_ddtree.worker.hybrid import HybridStateCommit, last_accepted_rows
@@ -66,8 +70,8 @@ if _RUN_HERE:
         )
         return inp
 
-    def _reversed_sibling_links(tree):
-        """The fault: first child = the highest child row, siblings chained downwards."""
+    def _reversed_sibling_links_loop(tree):
+        """The fault, spelled out: first child = the highest child row, siblings chained downwards."""
         bs, n = tree.parents.shape
         nt = torch.full((bs, n), -1, dtype=torch.int64)
         ns = torch.full((bs, n), -1, dtype=torch.int64)
@@ -253,7 +257,10 @@ if _RUN_HERE:
     def test_fault_reversed_sibling_order_is_caught(bs, depth, topk, budget, seed):
         inp = _case(bs, depth, topk, budget, seed)
         ref = _reference(inp)
-        nt, ns = _reversed_sibling_links(inp.tree)
+        # the GPU fault hook's links (test plugin, DDTREE_TEST_HYBRID_FAULT=reversed_siblings) == the loop's
+        nt, ns = reversed_sibling_links(inp.tree.parents)
+        lnt, lns = _reversed_sibling_links_loop(inp.tree)
+        assert torch.equal(nt, lnt) and torch.equal(ns, lns)
         got = _upstream_verify(inp, nt, ns)
         err = _errors(inp, got, ref)
         assert err["ssm"] > 100 * TOL and err["o"] > 100 * TOL, err

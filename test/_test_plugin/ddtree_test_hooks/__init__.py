@@ -7,6 +7,8 @@ declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in ev
   DRAFT   AFTER ``DDTreeWorker._draft``: the draft oracle's plan, or the top-K order reversed;
   BUILD   AFTER ``worker.verify_topology``: the FULL_MASK's tree part corrupted (control of a test);
   VERIFY  AFTER ``DDTreeWorker._verify``: the first rounds' trees and verify logits saved to disk.
+  HYBRID  a deliberate state fault: AFTER ``worker.hybrid.last_accepted_rows`` (commit row accept_len - 1), or
+          AFTER ``worker.verify_topology`` (children linked highest row first: only the hybrid kernels read them).
 With none of the variables set it registers nothing. The production package knows none of this.
 """
 
@@ -20,6 +22,7 @@ WORKER = "sglang_ddtree.worker.worker"
 DRAFT_TARGET = f"{WORKER}.DDTreeWorker._draft"
 VERIFY_TARGET = f"{WORKER}.DDTreeWorker._verify"
 TOPOLOGY_TARGET = f"{WORKER}.verify_topology"  # the worker's own binding (``from ... import verify_topology``)
+COMMIT_ROWS_TARGET = "sglang_ddtree.worker.hybrid.last_accepted_rows"  # looked up at call time by HybridStateCommit
 
 _registered = None  # the HookEnv registered in this process, once
 
@@ -37,6 +40,10 @@ def planned_hooks(env) -> list:
         out.append((TOPOLOGY_TARGET, hooks.after_verify_topology_corrupt))
     if env.verify_dump:
         out.append((VERIFY_TARGET, hooks.after_verify_dump))
+    if env.hybrid_fault == "chain_commit":
+        out.append((COMMIT_ROWS_TARGET, hooks.after_last_accepted_rows_chain))
+    if env.hybrid_fault == "reversed_siblings":
+        out.append((TOPOLOGY_TARGET, hooks.after_verify_topology_reverse_siblings))
     return out
 
 

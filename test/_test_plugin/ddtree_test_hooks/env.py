@@ -5,6 +5,8 @@ DDTREE_TEST_REVERSE_RANKS=1            reverse the drafter's top-K token order (
 DDTREE_TEST_VERIFY_DUMP=<dir>          save each of the first rounds' verify inputs and logits there
 DDTREE_TEST_VERIFY_DUMP_ROUNDS=<int>   how many rounds to save (default 4)
 DDTREE_TEST_CORRUPT_MASK=<mode>        rewrite the tree part of the verify FULL_MASK (modes: ``causal``)
+DDTREE_TEST_HYBRID_FAULT=<mode>        a deliberate hybrid-state fault (modes: ``chain_commit``: commit row
+                                       accept_len - 1; ``reversed_siblings``: children linked highest row first)
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
 """
 
@@ -18,8 +20,10 @@ REVERSE_RANKS = "DDTREE_TEST_REVERSE_RANKS"
 VERIFY_DUMP = "DDTREE_TEST_VERIFY_DUMP"
 VERIFY_DUMP_ROUNDS = "DDTREE_TEST_VERIFY_DUMP_ROUNDS"
 CORRUPT_MASK = "DDTREE_TEST_CORRUPT_MASK"
-ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK)
+HYBRID_FAULT = "DDTREE_TEST_HYBRID_FAULT"
+ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, HYBRID_FAULT)
 CORRUPT_MODES = ("causal",)
+HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
 
 
@@ -30,10 +34,12 @@ class HookEnv:
     verify_dump: str = ""
     verify_dump_rounds: int = DEFAULT_DUMP_ROUNDS
     corrupt_mask: str = ""
+    hybrid_fault: str = ""
 
     @property
     def any(self) -> bool:
-        return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask)
+        return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
+                    or self.hybrid_fault)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -43,13 +49,15 @@ class HookEnv:
         if reverse not in ("", "0", "1", "true", "false", "yes", "no"):
             raise ValueError(f"{REVERSE_RANKS}={reverse!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
-                  verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK))
+                  verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), hybrid_fault=get(HYBRID_FAULT))
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):
             raise ValueError(f"{DRAFT_ORACLE}={out.draft_oracle!r} is not a file.")
         if out.corrupt_mask and out.corrupt_mask not in CORRUPT_MODES:
             raise ValueError(f"{CORRUPT_MASK}={out.corrupt_mask!r}: modes are {', '.join(CORRUPT_MODES)}.")
+        if out.hybrid_fault and out.hybrid_fault not in HYBRID_FAULTS:
+            raise ValueError(f"{HYBRID_FAULT}={out.hybrid_fault!r}: modes are {', '.join(HYBRID_FAULTS)}.")
         rounds = get(VERIFY_DUMP_ROUNDS)
         if rounds:
             if not rounds.isdigit() or int(rounds) < 1:
