@@ -150,3 +150,14 @@ def test_last_accepted_rows_and_track_rows_by_hand():
     # 31 -> 32 (crosses 32: depth 0, the root); request 2 20 -> 23 (no crossing)
     prefix = torch.tensor([14, 31, 20])
     assert track_rows(ctx, acc, prefix, n, 16).tolist() == [2, 0, -1]
+
+
+def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
+    from sglang_ddtree import doctor
+
+    monkeypatch.delenv(hybrid_args.ENV, raising=False)
+    assert "refused (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 for the experimental tree verify)" in doctor._hybrid_note()
+    monkeypatch.setenv(hybrid_args.ENV, "1")
+    assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in doctor._hybrid_note()
+    monkeypatch.setenv(hybrid_args.ENV, "2")
+    assert "use 1" in doctor._hybrid_note()

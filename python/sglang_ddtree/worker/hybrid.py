@@ -14,7 +14,9 @@ Serves VERIFY and COMMIT of the round. What SGLang 0.5.16's hybrid linear-attent
                  at ``intermediate_ssm[layer, b, i]``; the committed state is left alone.
   Index          b = the request's position in the batch (the backend's ``verify_intermediate_state_indices`` is
                  an arange), step = the node's row; the kernels take the step stride from the buffers (sized by
-                 the configured maximum width), so a round may verify fewer rows N than the configured maximum.
+                 the configured maximum width), so a round may verify fewer rows N than the configured maximum
+                 (eagerly: under CUDA graphs the backend copies the links into buffers of the captured width,
+                 so a replayed round's N must be a captured width).
   COMMIT         the state to keep is the one of the last accepted node: row ``ctx_rows[b, accept_len - 1] - b*N``
                  of ``RoundCommit`` (the accepted path's rows by depth), never ``accept_len - 1`` (DFLASH's chain
                  rule). The backend's ``update_mamba_state_after_mtp_verify`` gathers that row into the
