@@ -9,7 +9,8 @@ One decode round, batched over the running requests, without host syncs:
   ACCEPT  walk from the root while the target's token at the node (its argmax, or at T > 0 one draw from
           plain decoding's filtered distribution, ``sampling``) is a child's; the first miss is the bonus;
   COMMIT  move the accepted path's target KV into place and write its target hidden states into
-          the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch); carry the
+          the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch); on a hybrid
+          Mamba/GDN target also the last accepted node's recurrent state (``hybrid``); carry the
           bonus token to the next round.
 Prefill, draft-KV materialisation and draft CUDA graphs are DFLASH's (``DFlashWorkerV2``). The
 drafter's runner sees block size L and topk 1; the target sees budget + 1 and topk K.
