@@ -11,9 +11,9 @@ path, and after a greedy ACCEPT the committed slot state against the reference s
 Two deliberate faults must fail those same checks: siblings chained in descending row order, and committing
 row ``accept_len - 1`` (DFLASH's chain rule) instead of the accepted node's row (the same two faults the GPU tests
 inject through the test plugin, ``DDTREE_TEST_HYBRID_FAULT``).
-The commit's scatter is a stand-in with the documented semantics of upstream's
-``scatter_mamba_states_after_mtp_verify`` (``dst[slot[i]] = src[i, step[i]]``; its wrappers refuse CPU tensors);
-the GPU engine tests (``test_hybrid_gpu.py``) run the real one.
+The commit runs upstream's own ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` and its fused
+Triton scatter over this test's pools (on CPU its wrappers' CUDA-tensor check is told yes while the interpreter
+runs the kernels); the GPU engine tests (``test_hybrid_gpu.py``) run it inside a real engine.
 """
 
 from types import SimpleNamespace
@@ -31,6 +31,7 @@ if _RUN_HERE:
         fused_sigmoid_gating_delta_rule_update,
     )
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
+    from sglang.srt.layers.attention.hybrid_linear_attn_backend import HybridLinearAttnBackend
 
     from _test_plugin_env import PLUGIN_DIR  # noqa: F401  (puts the test plugin's pure modules on sys.path)
     from ddtree_test_hooks.verify_check import reversed_sibling_links
@@ -174,20 +175,39 @@ if _RUN_HERE:
 
     # ---- COMMIT: our row choice through a stand-in of upstream's scatter ---------------------------------------
 
-    class _ScatterBackend:
-        """``update_mamba_state_after_mtp_verify`` with upstream's documented scatter semantics."""
+    class _Backend:
+        """The target's hybrid backend as the COMMIT sees it: upstream's own
+        ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` (-> ``scatter_mamba_states_after_mtp_verify``,
+        the fused Triton gather-scatter) over this case's pools, with the verify's mamba slots as its
+        ``forward_metadata.mamba_cache_indices`` (one layer)."""
+
+        update_mamba_state_after_mtp_verify = HybridLinearAttnBackend.update_mamba_state_after_mtp_verify
 
         def __init__(self, got, slots):
-            self.got, self.slots, self.calls = got, slots, []
+            caches = SimpleNamespace(temporal=got.ssm_state[None], intermediate_ssm=got.inter_ssm[None],
+                                     conv=[got.conv_state[None]], intermediate_conv_window=[got.inter_conv[None]])
+            self.linear_attn_backend = SimpleNamespace(
+                forward_metadata=SimpleNamespace(mamba_cache_indices=slots.to(DEV)),
+                req_to_token_pool=SimpleNamespace(get_speculative_mamba2_params_all_layers=lambda: caches))
 
-        def update_mamba_state_after_mtp_verify(self, last_correct_step_indices, mamba_track_indices,
-                                                mamba_steps_to_track, model):
-            self.calls.append((last_correct_step_indices.clone(), mamba_track_indices, mamba_steps_to_track))
-            for i, step in enumerate(last_correct_step_indices.tolist()):
-                if step >= 0:
-                    s = int(self.slots[i])
-                    self.got.conv_state[s] = self.got.inter_conv[i, step]
-                    self.got.ssm_state[s] = self.got.inter_ssm[i, step]
+    def _cuda_checks_pass_on_cpu():
+        """Upstream's scatter wrappers refuse non-CUDA tensors; under the interpreter their kernels run on CPU
+        tensors, so the check is told yes for the duration of the commit (nothing else changes)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            if _CUDA:
+                yield
+                return
+            orig = torch.Tensor.is_cuda
+            torch.Tensor.is_cuda = property(lambda self: True)
+            try:
+                yield
+            finally:
+                torch.Tensor.is_cuda = orig
+
+        return scope()
 
     def _accept(inp):
         """A greedy ACCEPT where the target often agrees with some child: long, branching accepted paths."""
@@ -207,13 +227,16 @@ if _RUN_HERE:
         return greedy_accept_commit(inp.tree, tokens, target, loc, inp.prefix, width, backend="torch")
 
     def _commit(inp, got, commit, steps_override=None):
-        backend = _ScatterBackend(got, inp.slots)
+        backend = _Backend(got, inp.slots)
         runner = SimpleNamespace(attn_backend=backend, model=None)
         hc = HybridStateCommit(runner, track_interval=None)
-        if steps_override is None:
-            hc(SimpleNamespace(mamba_track_indices=None), commit, inp.n, inp.prefix)
-        else:
-            backend.update_mamba_state_after_mtp_verify(steps_override, None, None, None)
+        with _cuda_checks_pass_on_cpu():
+            if steps_override is None:
+                hc(SimpleNamespace(mamba_track_indices=None), commit, inp.n, inp.prefix)
+            else:
+                backend.update_mamba_state_after_mtp_verify(last_correct_step_indices=steps_override,
+                                                            mamba_track_indices=None, mamba_steps_to_track=None,
+                                                            model=None)
         return backend
 
     def _commit_errors(inp, got, commit, ref):
