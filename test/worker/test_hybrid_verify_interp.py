@@ -310,3 +310,33 @@ if _RUN_HERE:
         assert torch.equal(rows.cpu(), commit.accept_lens.cpu().to(torch.int64) - 1)
         _commit(inp, got, commit)
         assert _commit_errors(inp, got, commit, ref) < TOL
+
+    def test_radix_track_slot_gets_the_state_at_the_track_point():
+        """extra_buffer strategy: a round whose commit crosses a multiple of the track interval also writes the
+        state after position track_point - 1 (the accepted node at that depth) into the request's track slot."""
+        inp = _case(3, 5, 3, 15, 0)
+        ref = _reference(inp)
+        got = _upstream_verify(inp, inp.next_token, inp.next_sibling)
+        commit = _accept(inp)
+        acc = commit.accept_lens.cpu().tolist()
+        interval = 16  # >= N = 16 (validated)
+        # request 0 crosses at its last accepted depth, request 1 does not cross, request 2 crosses at the root
+        prefix = torch.tensor([16 * 3 - acc[0], 16 * 5 + 1, 16 * 7 - 1], device=DEV)
+        used = set(inp.slots.tolist())
+        track = torch.tensor([s for s in range(SLOTS) if s not in used][:3], dtype=torch.int64, device=DEV)
+        before = (got.ssm_state.clone(), got.conv_state.clone())
+        backend = _Backend(got, inp.slots)
+        hc = HybridStateCommit(SimpleNamespace(attn_backend=backend, model=None), track_interval=interval)
+        with _cuda_checks_pass_on_cpu():
+            hc(SimpleNamespace(mamba_track_indices=track), commit, inp.n, prefix)
+        rows = (commit.ctx_rows.view(3, -1) - torch.arange(3, device=DEV).view(3, 1) * inp.n).cpu()
+        want_depth = [acc[0] - 1, None, 0]
+        for r, depth in enumerate(want_depth):
+            s = int(track[r])
+            if depth is None:
+                assert torch.equal(got.ssm_state[s], before[0][s]) and torch.equal(got.conv_state[s], before[1][s])
+                continue
+            e = ref[(r, int(rows[r, depth]))]
+            assert (got.ssm_state[s].cpu().double() - e.ssm).abs().max().item() < TOL
+            assert (got.conv_state[s].cpu().double() - e.window).abs().max().item() < TOL
+        assert _commit_errors(inp, got, commit, ref) < TOL  # and the requests' own slots as always
