@@ -79,6 +79,15 @@ def intermediate_state_bytes(per_node_bytes: int, num_verify_tokens: int, max_ru
     return int(per_node_bytes) * int(num_verify_tokens) * int(max_running_requests)
 
 
+def largest_fitting_budget(per_node_bytes: int, max_running_requests: int, capacity_bytes: float,
+                           mem_fraction: float) -> int:
+    """The largest budget whose per-node verify states for ``max_running_requests`` requests fit in
+    ``mem_fraction`` of the GPU (-1: not even budget 0, i.e. one row). For ``--speculative-ddtree-budget auto``:
+    its width buckets must not exceed this (the pool is sized for the largest bucket)."""
+    rows = int(float(capacity_bytes) * float(mem_fraction) // (int(per_node_bytes) * max(int(max_running_requests), 1)))
+    return rows - 1
+
+
 def check_intermediate_state_fits(per_node_bytes: int, budget: int, max_running_requests: int,
                                   capacity_bytes: Optional[float], mem_fraction: float) -> None:
     """Refuse a budget whose per-node verify states alone exceed ``mem_fraction`` of the GPU (weights, KV and
@@ -91,9 +100,9 @@ def check_intermediate_state_fits(per_node_bytes: int, budget: int, max_running_
     need = intermediate_state_bytes(per_node_bytes, n, reqs)
     if need <= room:
         return
-    max_rows = int(room // (per_node_bytes * reqs)) if reqs else 0
+    max_budget = largest_fitting_budget(per_node_bytes, reqs, capacity_bytes, mem_fraction)
     max_reqs = int(room // (per_node_bytes * n))
-    fix = (f"{BUDGET_FLAG} <= {max_rows - 1} fits {reqs} requests" if max_rows >= 2
+    fix = (f"{BUDGET_FLAG} <= {max_budget} fits {reqs} requests" if max_budget >= 1
            else f"no budget fits {reqs} requests")
     fix += (f", or --max-running-requests <= {max_reqs} fits budget {budget}" if max_reqs >= 1
             else f"; budget {budget} does not fit even one request")

@@ -74,6 +74,7 @@ def test_a_budget_that_fits_passes_and_one_that_does_not_is_refused_with_its_num
     with pytest.raises(DDTreeArgumentError, match=r"no budget fits 48 requests; budget 64 does not fit even one"):
         hybrid_args.check_intermediate_state_fits(4 * GIB, 64, 48, cap, 0.9)
     hybrid_args.check_intermediate_state_fits(per_node, 1024, 1024, None, 0.9)  # capacity unknown: no refusal
+    assert hybrid_args.largest_fitting_budget(per_node, 48, cap, 0.9) == 41  # what budget auto may use at most
 
 
 # ---- flag combinations ---------------------------------------------------------------------------------------
