@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A tiny hybrid Qwen3.5 target (Gated DeltaNet + full attention) and a DFlash drafter for it, for
-the tests of DDTREE's future hybrid support (DDTREE refuses hybrid targets today).
+the tests of DDTREE's hybrid support (refused unless SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1, experimental).
 
     python scripts/make_hybrid_fixture.py OUT [--seed 0] [--plain] [--check]
 
@@ -285,7 +285,10 @@ def _ddtree_refusals(model_config) -> dict:
     from sglang_ddtree.validation import _check_unsupported_features
     from sglang_ddtree.worker.worker import DDTreeWorker
 
+    from sglang_ddtree.hybrid_args import ENV
+
     out = {}
+    saved = os.environ.pop(ENV, None)  # the refusals without the experimental switch
     args = types.SimpleNamespace(speculative_draft_window_size=None, speculative_adaptive=False,
                                  disaggregation_mode="null",
                                  get_model_config=lambda: types.SimpleNamespace(hf_config=model_config.hf_config))
@@ -300,6 +303,8 @@ def _ddtree_refusals(model_config) -> dict:
             out[where] = None
         except ValueError as e:
             out[where] = str(e)
+    if saved is not None:
+        os.environ[ENV] = saved
     return out
 
 

@@ -216,7 +216,22 @@ def check_gpu() -> Check:
 
             detail += (f"; fa3 tree verify: {'DDTREE fused tree attention' if fa3_tree.enabled() else 'upstream cascade'}"
                        f" ({fa3_tree.ENV}={'1' if fa3_tree.enabled() else '0'})")
-    return Check("GPU", "OK", detail)
+    return Check("GPU", "OK", detail + "; " + _hybrid_note())
+
+
+def _hybrid_note() -> str:
+    """What hybrid Mamba/GDN serving needs (``hybrid_args``)."""
+    from sglang_ddtree import hybrid_args
+
+    try:
+        on = hybrid_args.enabled()
+    except ValueError as e:
+        return f"hybrid Mamba/GDN targets: {e}"
+    if not on:
+        return f"hybrid Mamba/GDN targets: refused ({hybrid_args.ENV}=1 for the experimental tree verify)"
+    return (f"hybrid Mamba/GDN targets: EXPERIMENTAL tree verify on ({hybrid_args.ENV}=1); with the radix cache use "
+            f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
+            f"--disable-overlap-schedule")
 
 
 def check_upstream_symbols() -> Check:

@@ -37,6 +37,8 @@ from sglang_ddtree.config import (
     check_budget,
     check_topk,
 )
+from sglang_ddtree.hybrid_args import check_server_args as check_hybrid_server_args
+from sglang_ddtree.hybrid_args import refuse_unless_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +99,14 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     server_args.speculative_eagle_topk = topk
     server_args.speculative_num_draft_tokens = budget + 1
     config = DDTreeConfig.from_server_args(server_args)
+    hf_config = _target_hf_config(server_args)
+    if hf_config is not None and is_hybrid_linear_attention(hf_config):  # opted in (_check_unsupported_features)
+        if config.adaptive:
+            raise DDTreeArgumentError(
+                f"{BUDGET_FLAG} {AUTO} is not supported with hybrid Mamba/GDN targets yet (their per-node state "
+                f"buffers are captured at one verify width); use a fixed budget."
+            )
+        check_hybrid_server_args(server_args, config)
     logger.info(
         "DDTREE: budget=%s topk=%d drafter block size=%d (tree depth <= %d, verify width %s tokens/request).",
         f"auto (buckets {list(config.buckets)})" if config.adaptive else budget, topk, block_size,
@@ -223,11 +233,7 @@ def _check_unsupported_features(server_args) -> None:
         )
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):
-        arch = (getattr(hf_config, "architectures", None) or ["?"])[0]
-        raise DDTreeArgumentError(
-            f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) "
-            f"targets yet; the target architecture is {arch}. Use DFLASH for this model for now."
-        )
+        refuse_unless_enabled((getattr(hf_config, "architectures", None) or ["?"])[0])
 
 
 # Config keys that only hybrid linear-attention (Mamba / GDN) models carry.

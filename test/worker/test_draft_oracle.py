@@ -399,3 +399,37 @@ def test_cycle_budgets_hook_changes_the_width_every_round():
     assert all(a != b for a, b in zip(picks, picks[1:]))
     assert planned_hooks(HookEnv(cycle_budgets=True)) == [
         ("sglang_ddtree.worker.widths.AutoWidth.choose", test_hooks.after_choose_cycle)]
+def test_hybrid_fault_hooks_parse_register_and_act(monkeypatch):
+    """DDTREE_TEST_HYBRID_FAULT: parsed, registered on exactly its target, and each hook returns its fault."""
+    import ddtree_test_hooks
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    assert HookEnv.from_env({"DDTREE_TEST_HYBRID_FAULT": "chain_commit"}).any
+    with pytest.raises(ValueError, match="modes are chain_commit, reversed_siblings"):
+        HookEnv.from_env({"DDTREE_TEST_HYBRID_FAULT": "other"})
+    targets = {"chain_commit": ("sglang_ddtree.worker.hybrid.last_accepted_rows",
+                                test_hooks.after_last_accepted_rows_chain),
+               "reversed_siblings": ("sglang_ddtree.worker.worker.verify_topology",
+                                     test_hooks.after_verify_topology_reverse_siblings)}
+    for mode, (target, fn) in targets.items():
+        calls = []
+        monkeypatch.setattr(HookRegistry, "register", classmethod(lambda cls, *a, **k: calls.append(a)))
+        for var in TEST_VARS:
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("DDTREE_TEST_HYBRID_FAULT", mode)
+        monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
+        ddtree_test_hooks.register()
+        assert calls == [(target, fn, HookType.AFTER)]
+        import importlib
+
+        module, name = target.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(module), name))  # the target exists
+    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
+    acc = torch.tensor([3, 1], dtype=torch.int32)
+    assert test_hooks.after_last_accepted_rows_chain(None, torch.zeros(8), acc, 4).tolist() == [2, 0]
+    parents = torch.tensor([[-1, 0, 0, 1, 1, 0, -1]])
+    result = ("mask", "pos", "idx", None, None)
+    out = test_hooks.after_verify_topology_reverse_siblings(result, types.SimpleNamespace(parents=parents), None)
+    assert out[:3] == ("mask", "pos", "idx")
+    assert out[3].tolist() == [[5, 4, -1, -1, -1, -1, -1]]  # first child = the highest child row
+    assert out[4].tolist() == [[-1, -1, 1, -1, 3, 2, -1]]  # 5 -> 2 -> 1 and 4 -> 3

@@ -54,7 +54,9 @@ def test_ddtree_refuses_it_in_validation_and_in_the_worker(checked):
     refusals = checked[1]["ddtree_refusals"]
     assert "does not support hybrid linear-attention (Mamba/GDN) targets yet; the target architecture is " \
            "Qwen3_5ForConditionalGeneration" in refusals["validation"]
-    assert refusals["worker"] == "--speculative-algorithm DDTREE does not support hybrid Mamba/GDN targets yet."
+    from sglang_ddtree.hybrid_args import refusal
+
+    assert refusals["worker"] == refusals["validation"] == refusal("Qwen3_5ForConditionalGeneration")
 
 
 def test_transformers_reads_the_layout_and_greedy_follows_the_successor_map(checked):

@@ -9,7 +9,8 @@ One decode round, batched over the running requests, without host syncs:
   ACCEPT  walk from the root while the target's token at the node (its argmax, or at T > 0 one draw from
           plain decoding's filtered distribution, ``sampling``) is a child's; the first miss is the bonus;
   COMMIT  move the accepted path's target KV into place and write its target hidden states into
-          the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch); carry the
+          the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch); on a hybrid
+          Mamba/GDN target also the last accepted node's recurrent state (``hybrid``); carry the
           bonus token to the next round.
 Prefill, draft-KV materialisation and draft CUDA graphs are DFLASH's (``DFlashWorkerV2``). The
 drafter's runner sees block size L and topk 1; the target sees budget + 1 and topk K.
@@ -28,7 +29,6 @@ import torch
 
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
 from sglang.kernels.ops.speculative.dflash import _prepare_dflash_draft_block_unchecked
-from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
@@ -38,7 +38,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
-from sglang_ddtree.worker import fa3_tree, sampling
+from sglang_ddtree.worker import fa3_tree, hybrid, sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit, pad_commit
 from sglang_ddtree.worker.tree_api import Tree, build_tree, fill_root, verify_topology
@@ -56,8 +56,9 @@ class DDTreeWorker(DFlashWorkerV2):
                 f"DDTREE: speculative_num_draft_tokens {server_args.speculative_num_draft_tokens} != budget + 1 "
                 f"({config.num_verify_tokens}); the server args were changed after DDTREE validation."
             )
-        if mambaish_config(target_worker.model_runner.model_config) is not None:
-            raise ValueError("--speculative-algorithm DDTREE does not support hybrid Mamba/GDN targets yet.")
+        # Hybrid Mamba/GDN target: refused unless SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 (worker/hybrid.py).
+        self._hybrid = hybrid.is_hybrid_target(target_worker.model_runner.model_config)
+        self._hybrid_commit = None  # hybrid.HybridStateCommit, made at the first round
         self.config = config
         super().__init__(draft_server_args_view(server_args, config), gpu_id, ps, nccl_port, target_worker)
         self.server_args = server_args
@@ -214,6 +215,8 @@ class DDTreeWorker(DFlashWorkerV2):
                 retrieve_next_token=r_next, retrieve_next_sibling=r_sibling, max_depth=cfg.max_depth,
                 tree_bits=tree_bits,
             )
+            if self._hybrid:  # radix track slots for the verify (extra_buffer strategy only)
+                hybrid.HybridStateCommit.prepare_verify(batch)
             logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
                                                                         verify_cpu, verify_sum)
 
@@ -230,6 +233,11 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._move_kv is None:
             self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
         self._move_kv(c, width)
+        if self._hybrid:  # COMMIT the last accepted node's conv + SSM state (N from this round's verify)
+            if self._hybrid_commit is None:
+                self._hybrid_commit = hybrid.make_hybrid_commit(
+                    self.server_args, self.target_worker.model_runner, log=self.ps.tp_rank == 0)
+            self._hybrid_commit(batch, c, verify_input.draft_token_num, prefix)
         new_seq_lens = c.new_seq_lens.to(prefix.dtype)  # [bs] prefix + accept length
         if on_publish is not None:
             on_publish(new_seq_lens)

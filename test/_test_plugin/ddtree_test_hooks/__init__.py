@@ -8,6 +8,8 @@ declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in ev
   BUILD   AFTER ``worker.verify_topology``: the FULL_MASK's tree part corrupted (control of a test);
   VERIFY  AFTER ``DDTreeWorker._verify``: the first rounds' trees and verify logits saved to disk;
   WIDTH   AFTER ``widths.AutoWidth.choose`` (budget auto): a fixed cycle of buckets, a new width every round.
+  HYBRID  a deliberate state fault: AFTER ``worker.hybrid.last_accepted_rows`` (commit row accept_len - 1), or
+          AFTER ``worker.verify_topology`` (children linked highest row first: only the hybrid kernels read them).
 With none of the variables set it registers nothing. The production package knows none of this.
 """
 
@@ -22,6 +24,7 @@ DRAFT_TARGET = f"{WORKER}.DDTreeWorker._draft"
 VERIFY_TARGET = f"{WORKER}.DDTreeWorker._verify"
 TOPOLOGY_TARGET = f"{WORKER}.verify_topology"  # the worker's own binding (``from ... import verify_topology``)
 CHOOSE_TARGET = "sglang_ddtree.worker.widths.AutoWidth.choose"
+COMMIT_ROWS_TARGET = "sglang_ddtree.worker.hybrid.last_accepted_rows"  # looked up at call time by HybridStateCommit
 
 _registered = None  # the HookEnv registered in this process, once
 
@@ -41,6 +44,10 @@ def planned_hooks(env) -> list:
         out.append((VERIFY_TARGET, hooks.after_verify_dump))
     if env.cycle_budgets:
         out.append((CHOOSE_TARGET, hooks.after_choose_cycle))
+    if env.hybrid_fault == "chain_commit":
+        out.append((COMMIT_ROWS_TARGET, hooks.after_last_accepted_rows_chain))
+    if env.hybrid_fault == "reversed_siblings":
+        out.append((TOPOLOGY_TARGET, hooks.after_verify_topology_reverse_siblings))
     return out
 
 

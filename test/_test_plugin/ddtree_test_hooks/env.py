@@ -7,6 +7,8 @@ DDTREE_TEST_VERIFY_DUMP_ROUNDS=<int>   how many rounds to save (default 4)
 DDTREE_TEST_CORRUPT_MASK=<mode>        rewrite the tree part of the verify FULL_MASK (modes: ``causal``)
 DDTREE_TEST_CYCLE_BUDGETS=1            budget auto: every round verifies the next bucket of a fixed cycle
                                        (the width changes every round), whatever the policy chose
+DDTREE_TEST_HYBRID_FAULT=<mode>        a deliberate hybrid-state fault (modes: ``chain_commit``: commit row
+                                       accept_len - 1; ``reversed_siblings``: children linked highest row first)
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
 """
 
@@ -21,8 +23,10 @@ VERIFY_DUMP = "DDTREE_TEST_VERIFY_DUMP"
 VERIFY_DUMP_ROUNDS = "DDTREE_TEST_VERIFY_DUMP_ROUNDS"
 CORRUPT_MASK = "DDTREE_TEST_CORRUPT_MASK"
 CYCLE_BUDGETS = "DDTREE_TEST_CYCLE_BUDGETS"
-ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS)
+HYBRID_FAULT = "DDTREE_TEST_HYBRID_FAULT"
+ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT)
 CORRUPT_MODES = ("causal",)
+HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
 
 
@@ -34,11 +38,12 @@ class HookEnv:
     verify_dump_rounds: int = DEFAULT_DUMP_ROUNDS
     corrupt_mask: str = ""
     cycle_budgets: bool = False
+    hybrid_fault: str = ""
 
     @property
     def any(self) -> bool:
         return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
-                    or self.cycle_budgets)
+                    or self.cycle_budgets or self.hybrid_fault)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -51,13 +56,16 @@ class HookEnv:
         if cycle not in ("", "0", "1"):
             raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
-                  verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1")
+                  verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1",
+                  hybrid_fault=get(HYBRID_FAULT))
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):
             raise ValueError(f"{DRAFT_ORACLE}={out.draft_oracle!r} is not a file.")
         if out.corrupt_mask and out.corrupt_mask not in CORRUPT_MODES:
             raise ValueError(f"{CORRUPT_MASK}={out.corrupt_mask!r}: modes are {', '.join(CORRUPT_MODES)}.")
+        if out.hybrid_fault and out.hybrid_fault not in HYBRID_FAULTS:
+            raise ValueError(f"{HYBRID_FAULT}={out.hybrid_fault!r}: modes are {', '.join(HYBRID_FAULTS)}.")
         rounds = get(VERIFY_DUMP_ROUNDS)
         if rounds:
             if not rounds.isdigit() or int(rounds) < 1:

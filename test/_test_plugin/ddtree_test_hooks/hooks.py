@@ -5,6 +5,8 @@ Each reads its settings from ``configure``'s ``HookEnv``; none runs unless ``reg
                                 the oracle is built once per worker, on its first round, and cached on it
   after_draft_reverse_ranks     DRAFT: ids := ids.flip(-1) (the tree favours the drafter's worst ranks)
   after_verify_topology_corrupt BUILD: the FULL_MASK's tree part rewritten (``verify_check.corrupt_full_mask``)
+  after_verify_topology_reverse_siblings  BUILD: retrieve links with children highest row first (hybrid fault)
+  after_last_accepted_rows_chain          COMMIT: the hybrid commit row := accept_len - 1 (hybrid fault)
   after_verify_dump             VERIFY: the first rounds' trees and logits saved (``verify_check`` reads them);
                                 copies to the host, i.e. syncs: tests only
 """
@@ -98,6 +100,19 @@ def after_choose_cycle(result, auto, *args, **kwargs):
     order = cycle_order(auto.budgets)
     _STATE["cycled"] = _STATE.get("cycled", -1) + 1
     return order[_STATE["cycled"] % len(order)]
+def after_verify_topology_reverse_siblings(result, tree, prefix_lens, *args, **kwargs):
+    """result = (custom_mask, positions, r_index, r_next, r_sibling); the links get the children of every node
+    in descending row order (``verify_check.reversed_sibling_links``). Acceptance reads ``tree.parents``, the
+    mask is unchanged: only the hybrid conv kernel's parent derivation sees the fault."""
+    mask, positions, r_index, _, _ = result
+    r_next, r_sibling = verify_check.reversed_sibling_links(tree.parents)
+    return mask, positions, r_index, r_next, r_sibling
+
+
+# ---- COMMIT (hybrid) -----------------------------------------------------------------------------
+def after_last_accepted_rows_chain(result, ctx_rows, accept_lens, *args, **kwargs):
+    """DFLASH's chain rule instead of the accepted node's row: [bs] int64 accept_len - 1."""
+    return accept_lens.to(torch.int64) - 1
 
 
 # ---- VERIFY --------------------------------------------------------------------------------------

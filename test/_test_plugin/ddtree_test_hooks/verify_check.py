@@ -248,3 +248,21 @@ def summarize(errors: torch.Tensor, tol: float) -> dict:
     over = int((e > tol).sum())
     return dict(n=int(e.numel()), over=over, ok=over == 0, max=round(float(e.max()), 4), p50=q(0.5),
                 p90=q(0.9), p99=q(0.99), p999=q(0.999))
+
+
+def reversed_sibling_links(parents: torch.Tensor):
+    """(next_token, next_sibling) [bs, N] int64 with each node's children linked highest row first: the mirror of
+    ``tree.reference.retrieve_indices_torch`` (a deliberate fault for the hybrid conv kernel). No host sync."""
+    bs, n = parents.shape
+    rows = torch.arange(n, device=parents.device).expand(bs, n)
+    has_parent = parents >= 0
+    last = torch.full((bs, n + 1), -1, dtype=torch.int64, device=parents.device)
+    last.scatter_reduce_(1, torch.where(has_parent, parents, n), rows, reduce="amax")
+    next_token = last[:, :n].clone()
+    order = torch.sort(torch.where(has_parent, parents, n) * n + (n - 1 - rows), dim=1).values
+    o_par, o_row = order // n, n - 1 - order % n
+    same = torch.cat([o_par[:, 1:] == o_par[:, :-1], torch.zeros_like(o_par[:, :1], dtype=torch.bool)], 1)
+    nxt = torch.cat([o_row[:, 1:], torch.zeros_like(o_row[:, :1])], 1)
+    sib_sorted = torch.where(same & (o_par < n), nxt, -1)
+    next_sibling = torch.empty_like(next_token).scatter_(1, o_row, sib_sorted)
+    return next_token, next_sibling

@@ -1,0 +1,175 @@
+"""Argument-time rules for DDTREE on hybrid Mamba/GDN targets (Qwen3.5 / Qwen3.6 / Qwen3-Next).
+
+Serves validation, before any process or GPU memory exists: whether a hybrid target may run at all (the
+experimental switch ``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``; without it DDTREE refuses hybrid targets), which
+SGLang settings a hybrid tree verify needs (a Gated DeltaNet target, the recurrent verify rather than
+ReplaySSM, the mamba radix strategies that work with speculative decoding), and whether the per-node verify
+states of the configured budget fit on the GPU: a tree verify keeps one conv + SSM state per tree row and
+request, ``budget + 1`` rows, sized for ``--max-running-requests`` requests. The runtime half (the tree fed to
+the hybrid backend, the accepted node's state committed) is ``sglang_ddtree.worker.hybrid``. This module reads
+the package's one environment switch for hybrid targets and imports neither torch nor SGLang at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from sglang_ddtree.config import BUDGET_FLAG, DDTreeArgumentError
+
+logger = logging.getLogger(__name__)
+
+ENV = "SGLANG_DDTREE_EXPERIMENTAL_HYBRID"
+DEFAULT_MEM_FRACTION = 0.9  # when --mem-fraction-static is not resolved yet
+GIB, MIB = float(1 << 30), float(1 << 20)
+
+
+def enabled() -> bool:
+    """The experimental switch; a value other than 0 / 1 is an error naming the variable."""
+    value = os.environ.get(ENV, "").strip()
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise DDTreeArgumentError(f"{ENV}={value!r}: use 1 (DDTREE's experimental hybrid tree verify) or 0.")
+
+
+def refusal(arch: str) -> str:
+    return (f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) targets yet; "
+            f"the target architecture is {arch}. Use DFLASH for this model for now (the experimental hybrid tree "
+            f"verify, not yet tested on a GPU: {ENV}=1).")
+
+
+def refuse_unless_enabled(arch: str) -> None:
+    if not enabled():
+        raise DDTreeArgumentError(refusal(arch))
+
+
+# ---- per-node verify state memory ------------------------------------------------------------------------
+
+def gdn_state_bytes_per_node(text_config, attn_tp_size: int = 1) -> int:
+    """Bytes of one verify row's recurrent state over all GDN layers of one attention-TP rank: the conv window
+    (K-1 inputs of the conv channels) plus the SSM state (value heads x key dim x value dim), in the dtypes
+    SGLang's mamba pool uses (``mamba2_state_dtype``: conv in the model dtype, SSM in ``mamba_ssm_dtype``).
+    Matches upstream's ``Mamba2CacheParams.mamba_cache_per_req`` for GDN configs (held by a test)."""
+    import torch
+
+    from sglang.srt.configs.mamba_utils import mamba2_state_dtype
+
+    layers = len(gdn_layer_ids(text_config))
+    k_heads, v_heads = int(text_config.linear_num_key_heads), int(text_config.linear_num_value_heads)
+    k_dim, v_dim = int(text_config.linear_key_head_dim), int(text_config.linear_value_head_dim)
+    conv_dim = (2 * k_heads * k_dim + v_heads * v_dim) // attn_tp_size
+    dtypes = mamba2_state_dtype(text_config)
+    conv = conv_dim * (int(text_config.linear_conv_kernel_dim) - 1) * torch.empty((), dtype=dtypes.conv).element_size()
+    ssm = (v_heads // attn_tp_size) * k_dim * v_dim * torch.empty((), dtype=dtypes.temporal).element_size()
+    return layers * (conv + ssm)
+
+
+def gdn_layer_ids(text_config) -> list:
+    ids = getattr(text_config, "linear_layer_ids", None)
+    if ids is not None:
+        return list(ids)
+    return [i for i, t in enumerate(getattr(text_config, "layer_types", None) or ()) if t == "linear_attention"]
+
+
+def intermediate_state_bytes(per_node_bytes: int, num_verify_tokens: int, max_running_requests: int) -> int:
+    """Per-node verify states the target's mamba pool allocates: rows x requests x bytes per row."""
+    return int(per_node_bytes) * int(num_verify_tokens) * int(max_running_requests)
+
+
+def largest_fitting_budget(per_node_bytes: int, max_running_requests: int, capacity_bytes: float,
+                           mem_fraction: float) -> int:
+    """The largest budget whose per-node verify states for ``max_running_requests`` requests fit in
+    ``mem_fraction`` of the GPU (-1: not even budget 0, i.e. one row). For ``--speculative-ddtree-budget auto``:
+    its width buckets must not exceed this (the pool is sized for the largest bucket)."""
+    rows = int(float(capacity_bytes) * float(mem_fraction) // (int(per_node_bytes) * max(int(max_running_requests), 1)))
+    return rows - 1
+
+
+def check_intermediate_state_fits(per_node_bytes: int, budget: int, max_running_requests: int,
+                                  capacity_bytes: Optional[float], mem_fraction: float) -> None:
+    """Refuse a budget whose per-node verify states alone exceed ``mem_fraction`` of the GPU (weights, KV and
+    activations still come on top, so passing is necessary, not sufficient). The message carries the numbers,
+    the largest budget that fits the requests and the most requests that fit the budget."""
+    if capacity_bytes is None:
+        return
+    room = float(capacity_bytes) * float(mem_fraction)
+    n, reqs = budget + 1, int(max_running_requests)
+    need = intermediate_state_bytes(per_node_bytes, n, reqs)
+    if need <= room:
+        return
+    max_budget = largest_fitting_budget(per_node_bytes, reqs, capacity_bytes, mem_fraction)
+    max_reqs = int(room // (per_node_bytes * n))
+    fix = (f"{BUDGET_FLAG} <= {max_budget} fits {reqs} requests" if max_budget >= 1
+           else f"no budget fits {reqs} requests")
+    fix += (f", or --max-running-requests <= {max_reqs} fits budget {budget}" if max_reqs >= 1
+            else f"; budget {budget} does not fit even one request")
+    raise DDTreeArgumentError(
+        f"--speculative-algorithm DDTREE on this hybrid target keeps one recurrent (conv + SSM) state per tree row: "
+        f"{per_node_bytes / MIB:.2f} MiB per row x {n} rows ({BUDGET_FLAG} {budget} + 1) = "
+        f"{per_node_bytes * n / GIB:.2f} GiB per request, x {reqs} requests (--max-running-requests) = "
+        f"{need / GIB:.1f} GiB, more than {mem_fraction:g} (--mem-fraction-static) of this GPU's "
+        f"{capacity_bytes / GIB:.1f} GiB; {fix}."
+    )
+
+
+# ---- the validation step -----------------------------------------------------------------------------------
+
+def check_server_args(server_args, config) -> None:
+    """All hybrid rules for a validated DDTREE configuration (``config``: the ``DDTreeConfig``) whose target is
+    hybrid; the switch was checked before (``refuse_unless_enabled``). Raises ``DDTreeArgumentError``."""
+    from sglang.srt.arg_groups.overrides import mamba_extra_buffer_of, resolved_view
+    from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
+
+    model_config = server_args.get_model_config()
+    arch = (getattr(model_config.hf_config, "architectures", None) or ["?"])[0]
+    text = hybrid_gdn_config(model_config)
+    if text is None:
+        raise DDTreeArgumentError(
+            f"--speculative-algorithm DDTREE's hybrid tree verify supports Gated DeltaNet targets only "
+            f"(Qwen3.5 / Qwen3.6 / Qwen3-Next); the target architecture is {arch}.")
+    for flag in ("enable_gdn_replayssm_spec", "enable_linear_replayssm"):
+        if getattr(server_args, flag, False):
+            raise DDTreeArgumentError(
+                f"--{flag.replace('_', '-')} cannot be used with --speculative-algorithm DDTREE: ReplaySSM keeps "
+                f"a linear chain of states, a tree verify needs one state per tree row.")
+    view = resolved_view(server_args)
+    n = config.num_verify_tokens
+    if getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache:
+        strategy = view.mamba_radix_cache_strategy
+        if strategy == "extra_buffer_lazy":
+            raise DDTreeArgumentError(
+                "--mamba-scheduler-strategy extra_buffer_lazy does not support speculative decoding in SGLang; "
+                "use extra_buffer (or no_buffer with --disable-overlap-schedule, or --disable-radix-cache).")
+        if mamba_extra_buffer_of(view) and int(view.mamba_track_interval) < n:
+            raise DDTreeArgumentError(
+                f"--mamba-track-interval {view.mamba_track_interval} must be >= the DDTREE verify width {n} "
+                f"({BUDGET_FLAG} {config.budget} + 1) with --mamba-scheduler-strategy extra_buffer (one radix "
+                f"track point per round at most).")
+        if not mamba_extra_buffer_of(view) and not view.disable_overlap_schedule:
+            raise DDTreeArgumentError(
+                "--mamba-scheduler-strategy no_buffer needs --disable-overlap-schedule; with the overlap "
+                "scheduler use --mamba-scheduler-strategy extra_buffer (or --disable-radix-cache).")
+    per_node = gdn_state_bytes_per_node(text, int(server_args.tp_size))
+    reqs = int(server_args.max_running_requests or 1)
+    fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
+    check_intermediate_state_fits(per_node, config.budget, reqs, _gpu_capacity_bytes(server_args), fraction)
+    logger.warning(
+        "DDTREE on hybrid target %s: EXPERIMENTAL (%s=1). Per-node verify states: %.2f MiB per row, %.2f GiB per "
+        "request at %s %d, %.1f GiB for %d requests.", arch, ENV, per_node / MIB, per_node * n / GIB, BUDGET_FLAG,
+        config.budget, intermediate_state_bytes(per_node, n, reqs) / GIB, reqs,
+    )
+
+
+def _gpu_capacity_bytes(server_args) -> Optional[float]:
+    """The device's memory as SGLang reads it at argument time (MiB -> bytes); None where unknown."""
+    try:
+        from sglang.srt.utils.common import get_device_memory_capacity
+
+        mib = get_device_memory_capacity(server_args.device)
+    except Exception as e:  # no device query possible here: the pool's own check at start still applies
+        logger.debug("DDTREE: no GPU memory capacity at validation: %s", e)
+        return None
+    return None if mib is None else float(mib) * MIB

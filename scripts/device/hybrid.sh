@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The H200 runs of DDTREE's EXPERIMENTAL hybrid (Mamba/GDN) tree verify (issue 15 item 1), one device call of
+# <= 10 minutes each (several engines share the GPU through parallel.sh):
+#     bash scripts/device/hybrid.sh kernels   # upstream's conv + GDN tree kernels natively, fed with DDTree links,
+#                                             # vs the float64 root-path reference, both faults caught; the
+#                                             # argument rules (test_hybrid_verify_interp.py, test_hybrid_args.py)
+#     bash scripts/device/hybrid.sh parity    # sharp fixture, greedy, exact vs no speculation: bs 1 / 8 / 32,
+#                                             # budgets 15 / 64 / 1, graphs on / off, overlap on / off, radix
+#                                             # cache on (shared 300-token prefixes) / off / extra_buffer
+#     bash scripts/device/hybrid.sh faults    # plain-weights fixture: DDTREE vs DFLASH divergence counts, and
+#                                             # the two deliberate state faults must diverge clearly more
+#     bash scripts/device/hybrid.sh sampling  # T > 0 on the plain-weights fixture: DDTREE vs plain, chi-square
+# Device tool: carry [".device"] (see ../shared/device/README.md). Every DDTREE engine runs with
+# SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 (set by the scripts and tests themselves). Each command's results.jsonl /
+# sampling.json comes back through SGLANG_DDTREE_KEEP_REPORTS (parallel.sh sets it to $OUT/<name>).
+set -u
+cd "$(dirname "$0")/../.."
+PAR=scripts/device/parallel.sh
+PYT="python3 -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider"
+case "${1:-}" in
+  kernels)
+    exec bash $PAR \
+      "kernels=$PYT test/worker/test_hybrid_verify_interp.py" \
+      "args=python3 -m pytest -v -rA --tb=short -p no:cacheprovider test/plugin/test_hybrid_args.py"
+    ;;
+  parity)
+    exec bash $PAR \
+      "graphs_overlap=$PYT test/worker/test_hybrid_gpu.py -k graphs_overlap" \
+      "nograph_nooverlap=$PYT test/worker/test_hybrid_gpu.py -k nograph_nooverlap" \
+      "radix=$PYT test/worker/test_hybrid_gpu.py -k radix"
+    ;;
+  faults)
+    exec bash $PAR "faults=$PYT test/worker/test_hybrid_gpu.py -k faults"
+    ;;
+  sampling)
+    exec bash $PAR "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling"
+    ;;
+  *)
+    echo "usage: $0 kernels|parity|faults|sampling" >&2
+    exit 2
+    ;;
+esac

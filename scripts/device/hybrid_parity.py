@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""GPU: DDTREE on the hybrid Qwen3.5 fixture (``scripts/make_hybrid_fixture.py``) vs the same target without
+speculative decoding, greedy, token for token. EXPERIMENTAL path: DDTREE configurations run with
+``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``.
+
+    python3 scripts/device/hybrid_parity.py --fixture DIR --out DIR --configs plain,dd_b15,dd_b64_nograph \
+        [--deadline-s 480]
+``--fixture`` holds ``target/`` and ``draft/`` (written there first if missing; ``--plain-weights`` writes the
+fixture's ``--plain`` variant, where the linear-attention state visibly moves the logits). One ``sglang.Engine``
+per configuration, one after another in this process. Phases of every configuration:
+  greedy   40 prompts at batch 1 (the first 16, one request at a time), 8 and 32 (requests submitted together),
+           32 new tokens each (ignore_eos);
+  shared   12 prompts sharing a 300-token prefix, first one at a time (every later one hits the radix cache, which
+           must restore the recurrent state of the shared prefix), then all 12 together.
+The reference is the first configuration starting with ``plain`` (no speculation, radix cache off). Results:
+``--out/results.jsonl``, one line per configuration: per phase and batch size the prompts equal to the
+reference, the first mismatch and the mean accept length. ``_fault_chain`` / ``_fault_siblings`` configurations
+inject the test plugin's ``DDTREE_TEST_HYBRID_FAULT`` (commit row accept_len - 1; children linked highest row
+first): a suite that catches a wrong state must see them diverge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HYBRID_ENV = "SGLANG_DDTREE_EXPERIMENTAL_HYBRID"
+
+COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
+              max_running_requests=32, sampling_backend="pytorch", cuda_graph_max_bs_decode=32,
+              attention_backend="triton", log_level="info", decode_log_interval=20)
+
+
+def ddtree(budget, topk, **kw):
+    return dict(speculative_algorithm="DDTREE", speculative_ddtree_budget=budget, speculative_ddtree_topk=topk, **kw)
+
+
+CONFIGS = {
+    "plain": dict(disable_radix_cache=True),  # the reference
+    "plain_radix": dict(),  # radix cache on (overlap on: SGLang picks --mamba-scheduler-strategy extra_buffer)
+    "dflash": dict(speculative_algorithm="DFLASH"),  # upstream's chain verify with the same drafter
+    "dd_b15": ddtree(15, 4),
+    "dd_b64": ddtree(64, 8),
+    "dd_b15_nograph": ddtree(15, 4, disable_cuda_graph=True),
+    "dd_b64_nograph": ddtree(64, 8, disable_cuda_graph=True),
+    "dd_b15_nooverlap": ddtree(15, 4, disable_overlap_schedule=True),  # radix: no_buffer strategy
+    "dd_b64_nooverlap": ddtree(64, 8, disable_overlap_schedule=True),
+    "dd_b64_noradix": ddtree(64, 8, disable_radix_cache=True),
+    "dd_b64_extra_buffer": ddtree(64, 8, mamba_radix_cache_strategy="extra_buffer", mamba_track_interval=128),
+    "dd_b1": ddtree(1, 1),  # topk 1: the backend's chain path
+    "dd_b64_fault_chain": ddtree(64, 8, _fault="chain_commit"),
+    "dd_b64_fault_siblings": ddtree(64, 8, _fault="reversed_siblings"),
+}
+BATCH_SIZES = (1, 8, 32)
+BS1_PROMPTS = 16
+NUM_PROMPTS = 40
+SHARED_PROMPTS, SHARED_PREFIX = 12, 300
+
+
+def make_prompts(tokenizer, n=NUM_PROMPTS):
+    words = ("the quick brown fox jumps over a lazy dog while speculative decoding drafts a tree of tokens "
+             "and the target model verifies them alpha beta gamma delta one two three def class return").split()
+    out = []
+    for i in range(n):
+        k = 3 + (i * 7) % 23
+        out.append(tokenizer.encode(" ".join(words[(i * 5 + j * 3) % len(words)] for j in range(k)) + f" {i}"))
+    return out
+
+
+def make_shared_prompts(tokenizer, n=SHARED_PROMPTS, prefix_len=SHARED_PREFIX):
+    text = " ".join(f"item {i} is {i * 37 % 101}" for i in range(400))
+    prefix = tokenizer.encode(text)[:prefix_len]
+    return [prefix + tokenizer.encode(f" question {i}: what is item {i * 13 % 97}")
+            for i in range(n)]
+
+
+def _engine_env(fault):
+    env = {HYBRID_ENV: "1"}
+    if fault:
+        sys.path.insert(0, os.path.join(ROOT, "test", "worker"))
+        import _test_plugin_env
+
+        _test_plugin_env.add_plugin_path()
+        env.update({k: v for k, v in _test_plugin_env.plugin_env(hybrid_fault=fault).items() if k != "PYTHONPATH"})
+    return env
+
+
+def run_config(name, target, draft, prompts, shared, max_new_tokens):
+    import sglang
+
+    kw = dict(CONFIGS[name])
+    fault = kw.pop("_fault", None)
+    env = _engine_env(fault) if kw.get("speculative_algorithm") == "DDTREE" else {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):
+        kw["speculative_draft_model_path"] = draft
+    t0 = time.time()
+    params = dict(temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True)
+    out = {"greedy": {}, "shared": {}, "accept": []}
+    try:
+        engine = sglang.Engine(model_path=target, **{**COMMON, **kw})
+        out["start_s"] = time.time() - t0
+        try:
+            for bs in BATCH_SIZES:
+                subset = prompts[:BS1_PROMPTS] if bs == 1 else prompts
+                out["greedy"][bs] = _generate(engine, subset, bs, params, out["accept"])
+            out["shared"][1] = _generate(engine, shared, 1, params, out["accept"])
+            out["shared"][len(shared)] = _generate(engine, shared, len(shared), params, out["accept"])
+        finally:
+            engine.shutdown()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    out["total_s"] = time.time() - t0
+    return out
+
+
+def _generate(engine, prompts, bs, params, accept):
+    ids = []
+    for s in range(0, len(prompts), bs):
+        for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
+            ids.append(list(r["output_ids"]))
+            accept.append(r["meta_info"].get("spec_accept_length"))
+    return ids
+
+
+def compare(ref_outs, outs):
+    eq = [a == b for a, b in zip(outs, ref_outs)]
+    first = None
+    for i, (a, b) in enumerate(zip(outs, ref_outs)):
+        if a != b:
+            pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            first = dict(prompt=i, pos=pos, got=a[max(0, pos - 2) : pos + 4], ref=b[max(0, pos - 2) : pos + 4])
+            break
+    return dict(equal=sum(eq), total=len(eq), first_mismatch=first)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fixture", required=True)
+    ap.add_argument("--plain-weights", action="store_true", help="write the fixture's --plain variant if missing")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--configs", required=True, help="comma-separated names of CONFIGS, the reference first")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--deadline-s", type=float, default=1e9, help="start no new engine after this")
+    args = ap.parse_args()
+    t_start = time.time()
+    target, draft = os.path.join(args.fixture, "target"), os.path.join(args.fixture, "draft")
+    if not os.path.isdir(target):
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        import make_hybrid_fixture
+
+        make_hybrid_fixture.write_fixture(args.fixture, sharp=not args.plain_weights)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(target)
+    prompts, shared = make_prompts(tok), make_shared_prompts(tok)
+    os.makedirs(args.out, exist_ok=True)
+    ref = None
+    with open(os.path.join(args.out, "results.jsonl"), "a") as f:
+        for name in args.configs.split(","):
+            if time.time() - t_start > args.deadline_s:
+                print(f"[hybrid_parity] deadline reached, skipping {name}", flush=True)
+                continue
+            print(f"[hybrid_parity] === {name} ({time.time() - t_start:.0f}s)", flush=True)
+            rec = dict(config=name, kwargs=CONFIGS[name], fixture=args.fixture)
+            try:
+                got = run_config(name, target, draft, prompts, shared, args.max_new_tokens)
+                rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))
+                if ref is None and name.startswith("plain"):
+                    ref = got
+                    rec["reference"] = True
+                if ref is not None:
+                    rec["greedy"] = {bs: compare(ref["greedy"][bs], o) for bs, o in got["greedy"].items()}
+                    rec["shared"] = {bs: compare(ref["shared"][bs], o) for bs, o in got["shared"].items()}
+                accs = [a for a in got["accept"] if a is not None]
+                rec["mean_accept_length"] = round(sum(accs) / len(accs), 3) if accs else None
+            except Exception as e:  # record and go on with the next configuration
+                rec["error"] = f"{type(e).__name__}: {e}"
+                rec["traceback"] = traceback.format_exc()[-4000:]
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+            print(f"[hybrid_parity] {json.dumps({k: v for k, v in rec.items() if k != 'traceback'})[:1500]}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Argument-time rules for DDTREE on hybrid GDN targets (``sglang_ddtree.hybrid_args``) and the COMMIT row
+choices of ``worker/hybrid.py`` that need no kernel: the experimental switch, the flag combinations refused with
+one-line errors, the per-node state memory (held against upstream's own ``mamba_cache_per_req``) and the
+start-up refusal of a budget that cannot fit, with its numbers."""
+
+import types
+
+import pytest
+import torch
+
+from sglang_ddtree import hybrid_args
+from sglang_ddtree.config import DDTreeArgumentError
+
+GIB = 1 << 30
+
+
+def _qwen3_next(**kw):
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig
+
+    cfg = Qwen3NextConfig(vocab_size=512, hidden_size=256, num_hidden_layers=8, num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=128, full_attention_interval=4, **kw)
+    cfg.architectures = ["Qwen3NextForCausalLM"]
+    return cfg
+
+
+# ---- the switch ----------------------------------------------------------------------------------------------
+
+def test_hybrid_targets_stay_refused_without_the_switch(monkeypatch):
+    monkeypatch.delenv(hybrid_args.ENV, raising=False)
+    with pytest.raises(ValueError, match=r"does not support hybrid linear-attention \(Mamba/GDN\) targets yet; the "
+                                         r"target architecture is X\. .*SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1"):
+        hybrid_args.refuse_unless_enabled("X")
+    monkeypatch.setenv(hybrid_args.ENV, "0")
+    with pytest.raises(ValueError):
+        hybrid_args.refuse_unless_enabled("X")
+    monkeypatch.setenv(hybrid_args.ENV, "1")
+    hybrid_args.refuse_unless_enabled("X")
+    monkeypatch.setenv(hybrid_args.ENV, "yes")
+    with pytest.raises(ValueError, match=r"SGLANG_DDTREE_EXPERIMENTAL_HYBRID='yes': use 1"):
+        hybrid_args.refuse_unless_enabled("X")
+
+
+# ---- memory --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_state_bytes_per_node_equal_upstreams_mamba_cache_per_req(monkeypatch, tp):
+    import sglang.srt.configs.qwen3_next as qn
+
+    cfg = _qwen3_next(linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
+                      linear_value_head_dim=32, linear_conv_kernel_dim=4)
+    monkeypatch.setattr(qn, "get_parallel", lambda: types.SimpleNamespace(attn_tp_size=tp))
+    assert hybrid_args.gdn_state_bytes_per_node(cfg, tp) == cfg.mamba2_cache_params.mamba_cache_per_req
+    assert len(hybrid_args.gdn_layer_ids(cfg)) == 6  # 8 layers, every 4th full attention
+
+
+def test_a_budget_that_fits_passes_and_one_that_does_not_is_refused_with_its_numbers():
+    per_node = 64 << 20  # 64 MiB per tree row, about a Qwen3-Next-80B rank at tp 1
+    cap = 141 * GIB
+    hybrid_args.check_intermediate_state_fits(per_node, 15, 48, cap, 0.9)  # 16 rows x 48 x 64 MiB = 48 GiB
+    with pytest.raises(DDTreeArgumentError) as e:
+        hybrid_args.check_intermediate_state_fits(per_node, 64, 48, cap, 0.9)  # 65 x 48 x 64 MiB = 195 GiB
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert ("64.00 MiB per row x 65 rows (--speculative-ddtree-budget 64 + 1) = 4.06 GiB per request, x 48 "
+            "requests (--max-running-requests) = 195.0 GiB, more than 0.9 (--mem-fraction-static) of this GPU's "
+            "141.0 GiB; --speculative-ddtree-budget <= 41 fits 48 requests, or --max-running-requests <= 31 fits "
+            "budget 64.") in msg
+    # the suggested limits are exact: they fit, one more does not
+    hybrid_args.check_intermediate_state_fits(per_node, 41, 48, cap, 0.9)
+    hybrid_args.check_intermediate_state_fits(per_node, 64, 31, cap, 0.9)
+    for budget, reqs in ((42, 48), (64, 32)):
+        with pytest.raises(DDTreeArgumentError):
+            hybrid_args.check_intermediate_state_fits(per_node, budget, reqs, cap, 0.9)
+    with pytest.raises(DDTreeArgumentError, match=r"no budget fits 48 requests; budget 64 does not fit even one"):
+        hybrid_args.check_intermediate_state_fits(4 * GIB, 64, 48, cap, 0.9)
+    hybrid_args.check_intermediate_state_fits(per_node, 1024, 1024, None, 0.9)  # capacity unknown: no refusal
+    assert hybrid_args.largest_fitting_budget(per_node, 48, cap, 0.9) == 41  # what budget auto may use at most
+
+
+# ---- flag combinations ---------------------------------------------------------------------------------------
+
+def _server_args(cfg, **kw):
+    model_config = types.SimpleNamespace(hf_config=cfg)
+    base = dict(get_model_config=lambda: model_config, enable_gdn_replayssm_spec=False, enable_linear_replayssm=False,
+                uses_mamba_radix_cache=True, disable_radix_cache=False, mamba_radix_cache_strategy="extra_buffer",
+                mamba_track_interval=256, disable_overlap_schedule=False, tp_size=1, max_running_requests=8,
+                mem_fraction_static=0.9, device="cuda")
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+def _config(budget):
+    return types.SimpleNamespace(budget=budget, num_verify_tokens=budget + 1)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(mamba_radix_cache_strategy="extra_buffer_lazy"), r"extra_buffer_lazy does not support speculative"),
+    (dict(mamba_track_interval=32), r"--mamba-track-interval 32 must be >= the DDTREE verify width 65 "
+                                    r"\(--speculative-ddtree-budget 64 \+ 1\)"),
+    (dict(mamba_radix_cache_strategy="no_buffer"), r"no_buffer needs --disable-overlap-schedule"),
+    (dict(enable_gdn_replayssm_spec=True), r"--enable-gdn-replayssm-spec cannot be used with"),
+    (dict(enable_linear_replayssm=True), r"--enable-linear-replayssm cannot be used with"),
+])
+def test_unsupported_combinations_are_refused_in_one_line(monkeypatch, kw, match):
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
+    with pytest.raises(DDTreeArgumentError, match=match) as e:
+        hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), _config(64))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),  # extra_buffer, interval 256 >= 65
+    dict(mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True),
+    dict(disable_radix_cache=True, mamba_radix_cache_strategy="no_buffer"),
+    dict(mamba_track_interval=65),
+])
+def test_supported_combinations_pass(monkeypatch, kw):
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
+    hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), _config(64))
+
+
+def test_non_gdn_hybrids_are_refused(monkeypatch):
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
+    from transformers import PretrainedConfig
+
+    other = PretrainedConfig(architectures=["NemotronHForCausalLM"])
+    with pytest.raises(DDTreeArgumentError, match=r"supports Gated DeltaNet targets only .* NemotronHForCausalLM"):
+        hybrid_args.check_server_args(_server_args(other), _config(15))
+
+
+def test_the_memory_check_runs_on_the_validated_config(monkeypatch):
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 1.0 * GIB)
+    big = _qwen3_next(linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                      linear_value_head_dim=128)
+    with pytest.raises(DDTreeArgumentError, match=r"x 65 rows .* x 8 requests"):
+        hybrid_args.check_server_args(_server_args(big), _config(64))
+
+
+# ---- COMMIT rows without kernels -----------------------------------------------------------------------------
+
+def test_last_accepted_rows_and_track_rows_by_hand():
+    from sglang_ddtree.worker.hybrid import last_accepted_rows, track_rows
+
+    n = 10
+    # accepted rows by depth (W = 4): request 0 root -> 2 -> 5 -> 9; request 1 root only; request 2 root -> 1 -> 4
+    rows = torch.tensor([[0, 2, 5, 9], [0, 0, 0, 0], [0, 1, 4, 4]])
+    ctx = (rows + torch.arange(3).view(3, 1) * n).reshape(-1)
+    acc = torch.tensor([4, 1, 3], dtype=torch.int32)
+    assert last_accepted_rows(ctx, acc, n).tolist() == [9, 0, 4]
+    # interval 16: request 0 goes 14 -> 18 (crosses 16: state after position 15 = depth 1 = row 2); request 1
+    # 31 -> 32 (crosses 32: depth 0, the root); request 2 20 -> 23 (no crossing)
+    prefix = torch.tensor([14, 31, 20])
+    assert track_rows(ctx, acc, prefix, n, 16).tolist() == [2, 0, -1]
+
+
+def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
+    from sglang_ddtree import doctor
+
+    monkeypatch.delenv(hybrid_args.ENV, raising=False)
+    assert "refused (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 for the experimental tree verify)" in doctor._hybrid_note()
+    monkeypatch.setenv(hybrid_args.ENV, "1")
+    assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in doctor._hybrid_note()
+    monkeypatch.setenv(hybrid_args.ENV, "2")
+    assert "use 1" in doctor._hybrid_note()
