@@ -12,9 +12,10 @@ the layer's own k / v, with each row's ancestor set as bit words (``ancestor_bit
 output through its LSE. (1) stays upstream's kernel with upstream's metadata; at graph replay only that
 metadata is built (``apply_cuda_graph_metadata``), not (2)'s per-row page table.
 
-Switch: ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` = 1 (this path) | 0 (upstream's cascade); unset = 0 until the
-GPU checks of this path (node-by-node verify logits, sharp parity, T > 0, features on fa3) have passed on
-the H200. The path applies to a layer only when nothing it does not handle is in play (``_fast_layer``);
+Switch: ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` = 1 (this path) | 0 (upstream's cascade); unset = 0. The GPU
+checks of this path passed on the H200 (session 8: kernels natively incl. graph replay, node-by-node verify
+logits, sharp parity at budgets 15 / 64 / 256 / auto, graphs and overlap off, T > 0, features); it stays off by
+default until a paired speed A/B against the cascade says it is faster. The path applies to a layer only when nothing it does not handle is in play (``_fast_layer``);
 anything else runs upstream's ``forward_extend`` unchanged.
 
 CUDA graphs: the verify graphs are warmed up and captured with a dummy spec input that has no tokens and no
