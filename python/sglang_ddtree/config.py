@@ -17,6 +17,7 @@ one **bonus token**: **accept length** = accepted drafts + 1 (1..W), the paper's
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 ALGORITHM_NAME = "DDTREE"
@@ -104,6 +105,17 @@ def parse_budget_arg(text: str):
 
 def check_topk(value: Any) -> int:
     return _check_int(TOPK_FLAG, value, MIN_TOPK, MAX_TOPK)
+
+
+def env_switch(name: str, *, on: str, off: str, error=ValueError) -> bool:
+    """An on/off environment variable: unset, empty or 0 -> False, 1 -> True, anything else an ``error`` naming
+    the variable, the value and both meanings."""
+    value = os.environ.get(name, "").strip()
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise error(f"{name}={value!r}: use 1 ({on}) or 0 ({off}).")
 
 
 def is_ddtree(value: Any) -> bool:

@@ -13,10 +13,9 @@ the package's one environment switch for hybrid targets and imports neither torc
 from __future__ import annotations
 
 import logging
-import os
 from typing import Optional
 
-from sglang_ddtree.config import BUDGET_FLAG, DDTreeArgumentError
+from sglang_ddtree.config import BUDGET_FLAG, DDTreeArgumentError, env_switch
 
 logger = logging.getLogger(__name__)
 
@@ -27,12 +26,8 @@ GIB, MIB = float(1 << 30), float(1 << 20)
 
 def enabled() -> bool:
     """The experimental switch; a value other than 0 / 1 is an error naming the variable."""
-    value = os.environ.get(ENV, "").strip()
-    if value in ("", "0"):
-        return False
-    if value == "1":
-        return True
-    raise DDTreeArgumentError(f"{ENV}={value!r}: use 1 (DDTREE's experimental hybrid tree verify) or 0.")
+    return env_switch(ENV, on="DDTREE's experimental hybrid tree verify", off="hybrid targets refused",
+                      error=DDTreeArgumentError)
 
 
 def refusal(arch: str) -> str:

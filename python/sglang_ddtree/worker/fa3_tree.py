@@ -27,10 +27,9 @@ when no graph state exists).
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Optional
 
-from sglang_ddtree.config import DDTreeConfig, is_validated_ddtree_args
+from sglang_ddtree.config import DDTreeConfig, env_switch, is_validated_ddtree_args
 
 if TYPE_CHECKING:
     import torch
@@ -42,12 +41,7 @@ STATIC_BITS = "_ddtree_tree_bits"  # attribute of the target's FlashAttentionBac
 
 def enabled() -> bool:
     """The switch (module docstring); a value other than 0 / 1 is an error naming the variable."""
-    value = os.environ.get(ENV, "").strip()
-    if value in ("", "0"):
-        return False
-    if value == "1":
-        return True
-    raise ValueError(f"{ENV}={value!r}: use 1 (DDTREE's fused tree attention on fa3) or 0 (upstream's cascade).")
+    return env_switch(ENV, on="DDTREE's fused tree attention on fa3", off="upstream's cascade")
 
 
 def _is_fa3_backend(backend) -> bool:
