@@ -392,8 +392,9 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     *_on("sglang.srt.mem_cache.memory_pool.HybridReqToTokenPool", INSTANCE, mamba_pool="hybrid: measured state memory"),
     *_on("sglang.srt.mem_cache.memory_pool.MambaPool", INSTANCE, mamba_cache="hybrid: measured state memory",
          _intermediate_conv_window_phys="hybrid: measured conv-window memory"),
+    *_on("sglang.srt.mem_cache.memory_pool.MambaPool.State", FIELD,  # SpeculativeState's base (nested class)
+         temporal="test (hybrid verify): committed SSM states", conv="test (hybrid verify): committed conv states"),
     *_on("sglang.srt.mem_cache.memory_pool.MambaPool.SpeculativeState", FIELD,
-         temporal="test (hybrid verify): committed SSM states", conv="test (hybrid verify): committed conv states",
          intermediate_ssm="hybrid: per-node SSM states [layers, slots, N, ...]",
          intermediate_conv_window="hybrid: per-node conv windows"),
     Symbol("sglang.kernels.ops.mamba.causal_conv1d_triton.causal_conv1d_update",
