@@ -58,22 +58,26 @@ says which).
 Budget auto (``ddtree:auto:<topk>``). Its engine's processes get ``SGLANG_DDTREE_AUTO_ACCEPT_TABLE`` = the
 projection table's ``ddtree`` entries (JSON {budget: tau}), so the policy chooses with the accept lengths the
 projection then applies (``width_policy.TableAcceptModel`` interpolates and clamps as ``tau_for_budget``; the
-paper's table starts at 16, so buckets 1 / 3 / 7 / 15 are clamped to 8.61 in both: a warning says so; give
-small budgets with ``--accept-table``). Per window (one measurement: the M0 and M1 generates of one
-concurrency and repetition) the verified budget of every round comes from the engine's own counter
-``sglang:ddtree_budget_rounds_total{budget}``, read from its prometheus_client multiprocess directory (each
-engine process gets a fresh one) before the window and after each generate: the scheduler writes it anyway
-with ``enable_metrics`` (mmap'd files), reading costs the engine nothing, and it is structured, unlike the
-decode-log line (which ``log_level=error`` also hides). The counter grows only at decode-log steps, so a run
-with an auto config sets ``decode_log_interval=1`` and ``enable_metrics`` for EVERY config (paired: all pay
-the per-round log-step work, and DDTREE configs their accept-histogram fragment, a bias against DDTREE).
-What it cannot see: a round counts when the worker reads its numbers back, at a later round's choice, so the
-last one or two rounds of a window are counted in the same engine's next window (``budget_rounds_coverage``:
-counted vs run rounds per window); prefill rounds draft nothing and are not counted. Projection: tokens per
-round = the mean over the window's rounds of tau(b_r) with tau(0) = 1 (no drafting commits the bonus token)
-and tau(b) as for a fixed budget -- NOT tau at the mean budget (tau is concave and budget 0 sits far below);
-projected tokens/s = c * that / round_ms. The distributions of all repetitions pool for the headline tau;
-per-repetition ratios use each window's own; a window without counts voids the config's projection.
+paper's table starts at 16, so buckets 1 / 3 / 7 / 15 get 8.61 in both, which overstates small trees: a
+warning says so; state small budgets with ``--accept-table``).
+Verified budgets per window (one measurement: the M0 and M1 generates of one concurrency and repetition):
+the engine's own counter ``sglang:ddtree_budget_rounds_total{budget}`` (worker.metrics, fed by the worker's
+``AutoStats``), read from the prometheus_client multiprocess directory each engine process gets fresh, before
+the window and after each generate. Why this source: the production round already feeds it (the benchmark
+adds no work to the round, it reads mmap'd files); it is structured; the decode-log line carries the same
+numbers but is text, hidden by ``log_level=error`` and only written at log steps too. The counter also grows
+only at decode-log steps, so a run with an auto config sets ``enable_metrics`` and ``decode_log_interval=1``
+for EVERY config (paired: all pay the per-round log-step work on the host, DDTREE configs their accept
+histogram too, a bias against DDTREE). What it cannot see: a round counts once the worker has read its
+numbers back, at a later round's choice, so the last one or two rounds of a window count in the same
+engine's next window (upstream also streams a round's output before its log step; after a generate the
+child waits, untimed, until the counter stops moving); ``budget_rounds_coverage`` gives counted vs run rounds
+per window. Prefill rounds draft nothing and are not counted.
+Projection: tokens per round = the mean over the window's rounds of tau(b_r), tau(0) = 1 (no drafting
+commits the bonus token), tau(b) as for a fixed budget -- NOT tau at the mean budget (tau is concave in the
+budget and budget 0 sits far below it); projected tokens/s = c * that / round_ms. The repetitions' windows
+pool for the headline tau; per-repetition ratios use each window's own; a window without counts voids the
+config's projection.
 
 Report (``--out``): command, environment, settings, shapes (both config.json and their dirs), accept_table,
 results[shape][config][c] (round_ms per repetition and median / min / max, rounds, observed accept length,
@@ -313,6 +317,19 @@ def read_budget_rounds(prom_dir: str) -> dict:
     return out
 
 
+def settled_budget_rounds(prom_dir: str, *, poll_s: float = 0.02, max_polls: int = 25) -> dict:
+    """``read_budget_rounds`` once two reads ``poll_s`` apart agree (at most ``max_polls``): upstream streams a
+    round's output before its decode-log step exports the counter, so a generate can return just before it."""
+    last = read_budget_rounds(prom_dir)
+    for _ in range(max_polls):
+        time.sleep(poll_s)
+        now = read_budget_rounds(prom_dir)
+        if now == last:
+            break
+        last = now
+    return last
+
+
 def count_diff(after: dict, before: dict) -> dict:
     """{budget: after - before} for budgets that grew (a counter never shrinks while its engine lives)."""
     assert all(after.get(b, 0) >= n for b, n in before.items()), (before, after)
@@ -440,11 +457,11 @@ def serve() -> int:
                 break
             c = cmd["c"]
             if cmd["op"] == "measure":
-                ans, before = {}, read_budget_rounds(prom_dir) if counted else None
+                ans, before = {}, settled_budget_rounds(prom_dir) if counted else None
                 for m in (setup["base_tokens"], setup["new_tokens"]):
                     ans[str(m)] = _measure(engine, spec, prompts(p["seed"], f"{cmd['rep']}:{m}", c, p["length"]), m)
                     if counted:
-                        after = read_budget_rounds(prom_dir)
+                        after = settled_budget_rounds(prom_dir)
                         ans[str(m)]["budget_rounds"] = {str(b): n for b, n in count_diff(after, before).items()}
                         before = after
             else:  # profile
@@ -719,11 +736,13 @@ def _print_table(shape: str, results: dict, best: dict, concurrency: list) -> No
 def plot(json_in: str, plot_dir: str) -> int:
     """PNGs per shape: projected tok/s and ms/round vs concurrency; with a ``ddtree:auto`` config also
     ``chosen_budget_<shape>.png``: projected tok/s (left) next to auto's verified budget per round vs concurrency
-    (right: the mean, and the distribution as one marker per budget, its area the share of rounds)."""
+    (right: the mean, and the distribution as one marker per budget, its area the share of rounds; the budget
+    axis in log2(budget + 1), so every bucket 2^k - 1 is one step)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     with open(json_in) as f:
         report = json.load(f)
@@ -763,6 +782,7 @@ def plot(json_in: str, plot_dir: str) -> int:
         ticks = sorted({c for pts in auto.values() for c, _ in pts})
         right.set_xscale("log", base=2)
         right.set_xticks(ticks, [str(c) for c in ticks])
+        right.set_yscale("function", functions=(lambda y: np.log2(np.maximum(y, 0) + 1), lambda y: 2.0 ** y - 1))
         right.set_yticks(AUTO_BUCKETS)
         right.set(xlabel="concurrency (requests decoded at once)", ylabel="verified budget per round (0 = no drafting)",
                   title=f"{shape}: ddtree:auto's chosen budget")
