@@ -92,7 +92,6 @@ process saw), errors[shape] (a shape whose engines failed; the next shape still 
 from __future__ import annotations
 
 import argparse
-import bisect
 import glob
 import importlib.util
 import json
@@ -109,10 +108,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import ATTENTION_BACKENDS, engine_env, engine_kwargs, environment  # noqa: E402
+from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment  # noqa: E402
 
-from sglang_ddtree.config import AUTO_MAX_BUDGET, bucket_budgets  # noqa: E402  (no torch, no SGLang)
-from sglang_ddtree.worker.metrics import AUTO_ROUNDS_NAME, AutoStats, export_auto_to_prometheus  # noqa: E402
+from shape_budgets import (ACCEPT_TABLE_ENV, AUTO_BUCKETS, BUDGET_COUNT_SETTINGS, config_env,  # noqa: E402
+                           count_diff, settled_budget_rounds)
+from shape_projection import (PAPER_ACCEPT, auto_record, config_key, is_auto, load_accept_table,  # noqa: E402
+                              projected_tau, tau_for_budget)  # noqa: F401  (tau_for_budget: the tests' name)
+
+from sglang_ddtree.config import AUTO_MAX_BUDGET  # noqa: E402  (no torch, no SGLang)
+from sglang_ddtree.worker.metrics import AutoStats, export_auto_to_prometheus  # noqa: E402
 
 _TAG = "@@BENCH_SHAPE "
 CONTEXT_LENGTH = 1024
@@ -142,19 +146,6 @@ HYBRID_SHAPES = {  # name: (text_config, vision_config, drafter target_layer_ids
     "qwen3.5-9b": (QWEN35_9B_TEXT, QWEN35_9B_VISION, [1, 8, 15, 22, 29], 248070),
 }
 SHAPE_NAMES = sorted([*SHAPES, *HYBRID_SHAPES])
-# ``sglang_ddtree.worker.widths.ACCEPT_TABLE_ENV`` (spelled here: that module imports torch): the accept lengths
-# ``ddtree:auto`` decides from on random weights; every auto engine gets the projection's own table in it.
-ACCEPT_TABLE_ENV = "SGLANG_DDTREE_AUTO_ACCEPT_TABLE"
-AUTO_BUCKETS = bucket_budgets(AUTO_MAX_BUDGET)  # the budgets auto chooses from: 0 (no drafting), 1, 3, ..., 63
-# Engine settings of EVERY config of a run that has a ddtree:auto config (paired: all pay the same log-step
-# work): the verified-budget counter is exported at decode-log steps only, so every decode round is one.
-BUDGET_COUNT_SETTINGS = {"enable_metrics": True, "decode_log_interval": 1}
-PAPER_ACCEPT = {
-    "source": "DDTree paper (arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau from Table 1, DDTree tau "
-              "per node budget from the budget-tradeoff figure (liranringel/ddtree, math500-budget-tradeoff.pdf)",
-    "plain": 1.0, "dflash": 7.79,
-    "ddtree": {"16": 8.61, "32": 9.27, "64": 9.75, "128": 10.20, "256": 10.43, "512": 10.73, "1024": 10.98},
-}
 
 
 # ---- shapes ------------------------------------------------------------------------------------
@@ -211,129 +202,6 @@ def write_shape(model_dir: str, name: str) -> tuple[str, str]:
             json.dump(cfg, f, indent=1)
         dirs.append(d)
     return dirs[0], dirs[1]
-
-
-# ---- configs and projection --------------------------------------------------------------------
-def config_key(spec: str):
-    """``dflash+fa3`` -> ("dflash", None); ``ddtree:16:8+fa3`` -> ("ddtree", 16); ``ddtree:auto:8`` ->
-    ("ddtree", "auto")."""
-    base = spec.split("+")[0]
-    if base.startswith("ddtree:"):
-        budget = base.split(":")[1]
-        return "ddtree", budget if budget == "auto" else int(budget)
-    return base, None
-
-
-def tau_for_budget(ddtree_table: dict, budget: float) -> tuple[float, str]:
-    """Accept length at ``budget`` from {budget: tau}: exact, linear in log2(budget) between neighbours,
-    or clamped outside the table. Returns (tau, how)."""
-    points = sorted((int(b), float(t)) for b, t in ddtree_table.items())
-    xs = [b for b, _ in points]
-    if budget in xs:
-        return points[xs.index(budget)][1], "table"
-    if budget < xs[0] or budget > xs[-1]:
-        b, t = points[0] if budget < xs[0] else points[-1]
-        return t, f"clamped to the table's budget {b}"
-    i = bisect.bisect(xs, budget)
-    (b0, t0), (b1, t1) = points[i - 1], points[i]
-    w = (math.log2(budget) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
-    return t0 + w * (t1 - t0), f"interpolated in log2(budget) between {b0} and {b1}"
-
-
-def projected_tau(spec: str, table: dict, budget_rounds: dict = None):
-    """(tau, how) for a config, or (None, why) when it cannot be projected. ``ddtree:auto`` needs its
-    verified-budget distribution ``budget_rounds`` {budget: rounds} and projects ``auto_tau`` of it."""
-    kind, budget = config_key(spec)
-    if kind != "ddtree":
-        return float(table[kind]), "table"
-    if budget == "auto":
-        if not budget_rounds or sum(budget_rounds.values()) <= 0:
-            return None, "ddtree:auto without a verified-budget distribution (no budget-rounds counts)"
-        return auto_tau(table["ddtree"], budget_rounds)
-    return tau_for_budget(table["ddtree"], budget)
-
-
-def tau_by_budget(ddtree_table: dict, budgets) -> dict:
-    """{budget: (tau, how)}: budget 0 (no drafting) commits the bonus token only, 1.0; others as fixed budgets."""
-    return {int(b): (1.0, "no drafting") if int(b) == 0 else tau_for_budget(ddtree_table, int(b)) for b in budgets}
-
-
-def auto_tau(ddtree_table: dict, budget_rounds: dict) -> tuple[float, str]:
-    """Tokens per round of ``ddtree:auto`` over rounds that verified budget b_r: the mean over rounds of tau(b_r)
-    (every request of a round verifies the round's budget), NOT tau at the mean budget (tau is concave in the
-    budget, and budget 0 commits 1 token). ``budget_rounds``: {budget: rounds}. Returns (tau, how)."""
-    counts = {int(b): int(n) for b, n in budget_rounds.items() if int(n) > 0}
-    taus = tau_by_budget(ddtree_table, counts)
-    total = sum(counts.values())
-    tau = sum(n * taus[b][0] for b, n in counts.items()) / total
-    clamped = sorted(b for b, (_, how) in taus.items() if how.startswith("clamped"))
-    note = f"; budgets {clamped} clamped to the table's ends" if clamped else ""
-    return tau, f"mean over {total} verified rounds of tau(budget) (budget 0: 1.0){note}"
-
-
-def load_accept_table(path: str) -> dict:
-    with open(path) as f:
-        table = json.load(f)
-    ok = (isinstance(table, dict) and all(isinstance(table.get(k), (int, float)) for k in ("plain", "dflash"))
-          and isinstance(table.get("ddtree"), dict) and table["ddtree"]
-          and all(str(b).isdigit() and isinstance(t, (int, float)) for b, t in table["ddtree"].items()))
-    if not ok:
-        raise ValueError(f"--accept-table {path}: want {{\"source\": ..., \"plain\": 1.0, \"dflash\": 7.79, "
-                         f"\"ddtree\": {{\"16\": 8.61, ...}}}}")
-    return table
-
-
-def is_auto(spec: str) -> bool:
-    return config_key(spec) == ("ddtree", "auto")
-
-
-def config_env(spec: str, table: dict) -> dict:
-    """Environment variables of a config's engine processes: its modifiers' (``bench_e2e.engine_env``, e.g.
-    ``+fa3tree``) and, for ``ddtree:auto``, the projection's DDTree accept lengths as ``ACCEPT_TABLE_ENV``
-    (JSON {budget: tau}), so the policy chooses with the tau the projection then applies to its choices."""
-    env = engine_env(spec)
-    if is_auto(spec):
-        points = sorted((int(b), float(t)) for b, t in table["ddtree"].items())
-        env[ACCEPT_TABLE_ENV] = json.dumps({str(b): t for b, t in points})
-    return env
-
-
-# ---- verified budgets per window: the engine's Prometheus counter ------------------------------------
-def read_budget_rounds(prom_dir: str) -> dict:
-    """{budget: rounds} of ``sglang:ddtree_budget_rounds_total`` (every label set summed) as the engine's
-    processes left it in their prometheus_client multiprocess directory ``prom_dir``: reads files, asks the
-    engine nothing. Import prometheus_client only after PROMETHEUS_MULTIPROC_DIR is set (it reads it once)."""
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=prom_dir)
-    out = {}
-    for metric in registry.collect():
-        for sample in metric.samples:
-            if sample.name in (AUTO_ROUNDS_NAME, AUTO_ROUNDS_NAME + "_total") and "budget" in sample.labels:
-                b = int(sample.labels["budget"])
-                out[b] = out.get(b, 0) + int(round(sample.value))
-    return out
-
-
-def settled_budget_rounds(prom_dir: str, *, poll_s: float = 0.02, max_polls: int = 25) -> dict:
-    """``read_budget_rounds`` once two reads ``poll_s`` apart agree (at most ``max_polls``): upstream streams a
-    round's output before its decode-log step exports the counter, so a generate can return just before it."""
-    last = read_budget_rounds(prom_dir)
-    for _ in range(max_polls):
-        time.sleep(poll_s)
-        now = read_budget_rounds(prom_dir)
-        if now == last:
-            break
-        last = now
-    return last
-
-
-def count_diff(after: dict, before: dict) -> dict:
-    """{budget: after - before} for budgets that grew (a counter never shrinks while its engine lives)."""
-    assert all(after.get(b, 0) >= n for b, n in before.items()), (before, after)
-    return {b: n - before.get(b, 0) for b, n in sorted(after.items()) if n > before.get(b, 0)}
 
 
 def prompts(seed: int, tag: str, c: int, length: int) -> list:
@@ -578,7 +446,7 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
                 "rounds": [m["rounds"] for m in ms],
                 "accept_length_observed": round(statistics.median(m["accept_length"] for m in ms), 4)}
             if is_auto(spec):
-                auto = _auto_record(ms, table)
+                auto = auto_record(ms, table)
                 tau, how, taus = auto.pop("tau"), auto.pop("tau_source"), auto["tau_per_repetition"]
                 rec.update(auto)
             else:
@@ -599,29 +467,6 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
                     "projected_tokens_per_s", 0):
                 best[str(c)] = {"config": spec, "projected_tokens_per_s": rec["projected_tokens_per_s"]}
     return res, best
-
-
-def _auto_record(ms: list, table: dict) -> dict:
-    """A ``ddtree:auto`` config at one concurrency: its verified budgets pooled over the repetitions' windows
-    and per window, the mean budget, tau per budget and the projected tau (``auto_tau``) pooled and per
-    repetition. A window whose distribution is missing voids the projection (its round time is in the median)."""
-    windows = [{int(b): n for b, n in m["budget_rounds"].items()} if m.get("budget_rounds") else None for m in ms]
-    pooled = {}
-    for w in windows:
-        for b, n in (w or {}).items():
-            pooled[b] = pooled.get(b, 0) + n
-    lost = [r for r, w in enumerate(windows) if not w]
-    rec = {"budget_rounds": {str(b): pooled[b] for b in sorted(pooled)},
-           "budget_rounds_per_repetition": [m.get("budget_rounds") for m in ms],
-           "budget_rounds_coverage": [[m.get("budget_rounds_counted"), m.get("rounds_run")] for m in ms],
-           "budget_mean": round(sum(b * n for b, n in pooled.items()) / sum(pooled.values()), 3) if pooled else None,
-           "tau_by_budget": {str(b): round(t, 4) for b, (t, _) in tau_by_budget(table["ddtree"], sorted(pooled)).items()},
-           "tau_per_repetition": [auto_tau(table["ddtree"], w)[0] if w else None for w in windows]}
-    if lost:
-        rec.update(tau=None, tau_source=f"ddtree:auto: repetitions {lost} counted no verified budgets")
-    else:
-        rec["tau"], rec["tau_source"] = auto_tau(table["ddtree"], pooled)
-    return rec
 
 
 def engine_settings(args) -> dict:

@@ -19,7 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "benchmark", "bench_shape.py")
 _spec = importlib.util.spec_from_file_location("bench_shape", SCRIPT)
 bench_shape = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_shape)
+_spec.loader.exec_module(bench_shape)  # puts benchmark/ on sys.path
+import shape_budgets  # noqa: E402
+import shape_projection  # noqa: E402
 
 CONFIGS = ["plain", "dflash+fa3", "ddtree:100:4+nograph", "ddtree:auto:8"]  # default baselines: dflash+fa3, plain
 AUTO = "ddtree:auto:8"
@@ -359,10 +361,10 @@ def test_auto_fake_refuses_to_start_without_the_table(tmp_path):
 
 def test_config_env():
     table = {"plain": 1.0, "dflash": 7.0, "ddtree": {"64": 9.75, "16": 8.61}}
-    assert bench_shape.config_env("ddtree:auto:8+triton", table) == {
+    assert shape_budgets.config_env("ddtree:auto:8+triton", table) == {
         bench_shape.ACCEPT_TABLE_ENV: '{"16": 8.61, "64": 9.75}'}
-    assert bench_shape.config_env("ddtree:auto:8+fa3+fa3tree", table)["SGLANG_DDTREE_FA3_TREE_ATTENTION"] == "1"
-    assert bench_shape.config_env("ddtree:16:8", table) == {} and bench_shape.config_env("dflash", table) == {}
+    assert shape_budgets.config_env("ddtree:auto:8+fa3+fa3tree", table)["SGLANG_DDTREE_FA3_TREE_ATTENTION"] == "1"
+    assert shape_budgets.config_env("ddtree:16:8", table) == {} and shape_budgets.config_env("dflash", table) == {}
 
 
 def test_the_policy_reads_the_table_as_the_projection_does(monkeypatch):
@@ -371,20 +373,20 @@ def test_the_policy_reads_the_table_as_the_projection_does(monkeypatch):
     from sglang_ddtree.worker import widths
 
     assert widths.ACCEPT_TABLE_ENV == bench_shape.ACCEPT_TABLE_ENV
-    env = bench_shape.config_env(AUTO, bench_shape.PAPER_ACCEPT)
+    env = shape_budgets.config_env(AUTO, bench_shape.PAPER_ACCEPT)
     monkeypatch.setenv(widths.ACCEPT_TABLE_ENV, env[widths.ACCEPT_TABLE_ENV])
     model = widths.accept_model(bench_shape.AUTO_BUCKETS)
-    taus = bench_shape.tau_by_budget(bench_shape.PAPER_ACCEPT["ddtree"], bench_shape.AUTO_BUCKETS)
+    taus = shape_projection.tau_by_budget(bench_shape.PAPER_ACCEPT["ddtree"], bench_shape.AUTO_BUCKETS)
     for b in bench_shape.AUTO_BUCKETS:
         assert model.tokens_per_request(b) == pytest.approx(taus[b][0], abs=1e-9), b
 
 
 def test_auto_tau_rules():
     table = bench_shape.PAPER_ACCEPT["ddtree"]
-    tau, how = bench_shape.auto_tau(table, {0: 1, 64: 1})
+    tau, how = shape_projection.auto_tau(table, {0: 1, 64: 1})
     assert tau == pytest.approx((1.0 + 9.75) / 2) and how.startswith("mean over 2 verified rounds")
-    assert bench_shape.auto_tau(table, {"64": 3})[0] == 9.75  # string keys, as in the JSON
-    assert "budgets [1] clamped" in bench_shape.auto_tau(table, {1: 2, 64: 2})[1]
+    assert shape_projection.auto_tau(table, {"64": 3})[0] == 9.75  # string keys, as in the JSON
+    assert "budgets [1] clamped" in shape_projection.auto_tau(table, {1: 2, 64: 2})[1]
     assert bench_shape.projected_tau(AUTO, bench_shape.PAPER_ACCEPT, {0: 3})[0] == 1.0
 
 
@@ -402,6 +404,6 @@ def test_a_window_without_budget_counts_voids_the_projection():
 
 
 def test_count_diff():
-    assert bench_shape.count_diff({0: 5, 63: 9}, {0: 5, 63: 2}) == {63: 7}
+    assert shape_budgets.count_diff({0: 5, 63: 9}, {0: 5, 63: 2}) == {63: 7}
     with pytest.raises(AssertionError):
-        bench_shape.count_diff({63: 1}, {63: 2})
+        shape_budgets.count_diff({63: 1}, {63: 2})
