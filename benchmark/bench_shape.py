@@ -84,7 +84,7 @@ results[shape][config][c] (round_ms per repetition and median / min / max, round
 tau and its source, projected_tokens_per_s, per-repetition ``round_ms_ratio_vs_<baseline>`` (this config's
 round over the baseline's) and ``projected_speedup_vs_<baseline>``, ``profile``; auto also budget_rounds
 pooled and per repetition, budget_rounds_coverage, budget_mean, tau_by_budget, tau_per_repetition),
-best_projected[shape][c], engines[shape][config] (its environment, start seconds, the accept table its
+best_projected[shape][c], engines[shape][config] (its environment, start + warm-up seconds, the accept table its
 process saw), errors[shape] (a shape whose engines failed; the next shape still runs). ``--plot`` writes
 ``chosen_budget_<shape>.png`` (projected tok/s next to auto's budgets vs concurrency) when auto ran.
 """
@@ -484,11 +484,12 @@ def engine_settings(args) -> dict:
 def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int, log_dir: str,
               on_repetition=None) -> tuple[dict, dict, dict]:
     """All engines of one shape alive together; returns (results[config][c], best projected config per c,
-    engines[config]: its environment, start seconds and what its process saw). ``on_repetition(results, best,
-    engines, repetitions done)`` gets the summary so far after each repetition (a killed run keeps them)."""
+    engines[config]: its environment, start + warm-up seconds and what its process saw).
+    ``on_repetition(results, best, engines, repetitions done)`` gets the summary so far after each repetition
+    (a killed run keeps them)."""
     configs, engine = args.configs, engine_settings(args)
     t0, children, runs, profile_dirs = time.time(), {}, {s: {c: [] for c in args.concurrency} for s in configs}, {}
-    engines = {}  # config: its environment, start seconds, what its process saw
+    engines = {}  # config: its environment, start + warm-up seconds, what its process saw
     try:
         for i, spec in enumerate(configs):  # one after another: each engine sizes itself from the free memory
             t_start = time.time()
@@ -501,7 +502,7 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             env = config_env(spec, args.table)
             children[spec] = _Child(spec, setup, os.path.join(log_dir, f"engine_{shape}_{i}.log"), env)
             ready = children[spec].read(args.start_timeout_s)
-            engines[spec] = {"env": env, "start_s": round(time.time() - t_start, 1),
+            engines[spec] = {"env": env, "start_and_warmup_s": round(time.time() - t_start, 1),
                              "accept_table_env_seen": ready.get("accept_table_env"),
                              "prometheus_dir": ready.get("prometheus_dir")}
             print(f"[bench_shape] {shape} {spec} ready ({time.time() - t0:.0f} s)", flush=True)
@@ -722,7 +723,8 @@ def _check(ap, args) -> None:
               f"which overstates small trees (a budget-b tree commits at most b + 1 tokens)", flush=True)
     for spec in args.configs:  # an estimate: prompt + new tokens + the verified block or tree per request
         kind, budget = config_key(spec)
-        extra = {"plain": 0, "dflash": DRAFT_BLOCK}.get(kind, budget + 1 if isinstance(budget, int) else AUTO_MAX_BUDGET + 1)
+        tree = budget + 1 if isinstance(budget, int) else AUTO_MAX_BUDGET + 1  # auto: its largest bucket
+        extra = {"plain": 0, "dflash": DRAFT_BLOCK}.get(kind, tree)
         need = max(args.concurrency) * (args.prompt_len + args.new_tokens + extra)
         if need > args.max_total_tokens:
             print(f"[bench_shape] warning: {spec} at c {max(args.concurrency)} needs about {need} KV slots, more "

@@ -104,7 +104,8 @@ def auto_record(ms: list, table: dict) -> dict:
            "budget_rounds_per_repetition": [m.get("budget_rounds") for m in ms],
            "budget_rounds_coverage": [[m.get("budget_rounds_counted"), m.get("rounds_run")] for m in ms],
            "budget_mean": round(sum(b * n for b, n in pooled.items()) / sum(pooled.values()), 3) if pooled else None,
-           "tau_by_budget": {str(b): round(t, 4) for b, (t, _) in tau_by_budget(table["ddtree"], sorted(pooled)).items()},
+           "tau_by_budget": {str(b): round(t, 4)
+                             for b, (t, _) in tau_by_budget(table["ddtree"], sorted(pooled)).items()},
            "tau_per_repetition": [auto_tau(table["ddtree"], w)[0] if w else None for w in windows]}
     if lost:
         rec.update(tau=None, tau_source=f"ddtree:auto: repetitions {lost} counted no verified budgets")
