@@ -15,7 +15,7 @@ concurrency, embeds ``analyze_trace.analyze`` of it and reports the round's time
 (``outside_graphs_ms``: unprofiled median round minus the profiled GPU time of the graph-replayed forwards).
 
     python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b,qwen3.5-9b] \
-        [--configs plain,dflash,ddtree:16:8,ddtree:64:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
+        [--configs plain,dflash,ddtree:16:8,ddtree:64:8,ddtree:auto:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
         [--accept-table FILE.json] [--profile-dir D --profile-concurrency 1,32]
     python benchmark/bench_shape.py --plot shape.json --plot-dir plots/
 Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, ``+fa3`` /
@@ -53,20 +53,45 @@ made by ``plot_results.py --case-study``, defaults Qwen3-8B / math500 / T=0), ro
 32: 9.27, 64: 9.75, 128: 10.20, 256: 10.43, 512: 10.73 (= Table 1's best-budget 10.73), 1024: 10.98. Their
 tau counts the bonus token (tokens per round, as SGLang's ``spec_accept_length``).
 A budget between table entries is interpolated linearly in log2(budget); outside, clamped (the report
-says which). ``ddtree:auto:<topk>`` (a chosen width) projects from meta_info's ``ddtree_mean_width`` at
-that width, else null.
+says which).
+
+Budget auto (``ddtree:auto:<topk>``). Its engine's processes get ``SGLANG_DDTREE_AUTO_ACCEPT_TABLE`` = the
+projection table's ``ddtree`` entries (JSON {budget: tau}), so the policy chooses with the accept lengths the
+projection then applies (``width_policy.TableAcceptModel`` interpolates and clamps as ``tau_for_budget``; the
+paper's table starts at 16, so buckets 1 / 3 / 7 / 15 get 8.61 in both, which overstates small trees: a
+warning says so; state small budgets with ``--accept-table``).
+Verified budgets per window (one measurement: the M0 and M1 generates of one concurrency and repetition):
+the engine's own counter ``sglang:ddtree_budget_rounds_total{budget}`` (worker.metrics, fed by the worker's
+``AutoStats``), read from the prometheus_client multiprocess directory each engine process gets fresh, before
+the window and after each generate. Why this source: the production round already feeds it (the benchmark
+adds no work to the round, it reads mmap'd files); it is structured; the decode-log line carries the same
+numbers but is text, hidden by ``log_level=error`` and only written at log steps too. The counter also grows
+only at decode-log steps, so a run with an auto config sets ``enable_metrics`` and ``decode_log_interval=1``
+for EVERY config (paired: all pay the per-round log-step work on the host, DDTREE configs their accept
+histogram too, a bias against DDTREE). What it cannot see: a round counts once the worker has read its
+numbers back, at a later round's choice, so the last one or two rounds of a window count in the same
+engine's next window (upstream also streams a round's output before its log step; after a generate the
+child waits, untimed, until the counter stops moving); ``budget_rounds_coverage`` gives counted vs run rounds
+per window. Prefill rounds draft nothing and are not counted.
+Projection: tokens per round = the mean over the window's rounds of tau(b_r), tau(0) = 1 (no drafting
+commits the bonus token), tau(b) as for a fixed budget -- NOT tau at the mean budget (tau is concave in the
+budget and budget 0 sits far below it); projected tokens/s = c * that / round_ms. The repetitions' windows
+pool for the headline tau; per-repetition ratios use each window's own; a window without counts voids the
+config's projection.
 
 Report (``--out``): command, environment, settings, shapes (both config.json and their dirs), accept_table,
 results[shape][config][c] (round_ms per repetition and median / min / max, rounds, observed accept length,
 tau and its source, projected_tokens_per_s, per-repetition ``round_ms_ratio_vs_<baseline>`` (this config's
-round over the baseline's) and ``projected_speedup_vs_<baseline>``, ``profile``), best_projected[shape][c],
-errors[shape] (a shape whose engines failed; the next shape still runs).
+round over the baseline's) and ``projected_speedup_vs_<baseline>``, ``profile``; auto also budget_rounds
+pooled and per repetition, budget_rounds_coverage, budget_mean, tau_by_budget, tau_per_repetition),
+best_projected[shape][c], engines[shape][config] (its environment, start + warm-up seconds, the accept table its
+process saw), errors[shape] (a shape whose engines failed; the next shape still runs). ``--plot`` writes
+``chosen_budget_<shape>.png`` (projected tok/s next to auto's budgets vs concurrency) when auto ran.
 """
 
 from __future__ import annotations
 
 import argparse
-import bisect
 import glob
 import importlib.util
 import json
@@ -83,7 +108,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import ATTENTION_BACKENDS, engine_env, engine_kwargs, environment  # noqa: E402
+from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment  # noqa: E402
+
+from shape_budgets import (ACCEPT_TABLE_ENV, AUTO_BUCKETS, BUDGET_COUNT_SETTINGS, config_env,  # noqa: E402
+                           count_diff, settled_budget_rounds)
+from shape_projection import (PAPER_ACCEPT, auto_record, config_key, is_auto, load_accept_table,  # noqa: E402
+                              projected_tau, tau_for_budget)  # noqa: F401  (tau_for_budget: the tests' name)
+
+from sglang_ddtree.config import AUTO_MAX_BUDGET  # noqa: E402  (no torch, no SGLang)
+from sglang_ddtree.worker.metrics import AutoStats, export_auto_to_prometheus  # noqa: E402
 
 _TAG = "@@BENCH_SHAPE "
 CONTEXT_LENGTH = 1024
@@ -113,12 +146,6 @@ HYBRID_SHAPES = {  # name: (text_config, vision_config, drafter target_layer_ids
     "qwen3.5-9b": (QWEN35_9B_TEXT, QWEN35_9B_VISION, [1, 8, 15, 22, 29], 248070),
 }
 SHAPE_NAMES = sorted([*SHAPES, *HYBRID_SHAPES])
-PAPER_ACCEPT = {
-    "source": "DDTree paper (arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau from Table 1, DDTree tau "
-              "per node budget from the budget-tradeoff figure (liranringel/ddtree, math500-budget-tradeoff.pdf)",
-    "plain": 1.0, "dflash": 7.79,
-    "ddtree": {"16": 8.61, "32": 9.27, "64": 9.75, "128": 10.20, "256": 10.43, "512": 10.73, "1024": 10.98},
-}
 
 
 # ---- shapes ------------------------------------------------------------------------------------
@@ -177,58 +204,6 @@ def write_shape(model_dir: str, name: str) -> tuple[str, str]:
     return dirs[0], dirs[1]
 
 
-# ---- configs and projection --------------------------------------------------------------------
-def config_key(spec: str):
-    """``dflash+fa3`` -> ("dflash", None); ``ddtree:16:8+fa3`` -> ("ddtree", 16); ``ddtree:auto:8`` ->
-    ("ddtree", "auto")."""
-    base = spec.split("+")[0]
-    if base.startswith("ddtree:"):
-        budget = base.split(":")[1]
-        return "ddtree", budget if budget == "auto" else int(budget)
-    return base, None
-
-
-def tau_for_budget(ddtree_table: dict, budget: float) -> tuple[float, str]:
-    """Accept length at ``budget`` from {budget: tau}: exact, linear in log2(budget) between neighbours,
-    or clamped outside the table. Returns (tau, how)."""
-    points = sorted((int(b), float(t)) for b, t in ddtree_table.items())
-    xs = [b for b, _ in points]
-    if budget in xs:
-        return points[xs.index(budget)][1], "table"
-    if budget < xs[0] or budget > xs[-1]:
-        b, t = points[0] if budget < xs[0] else points[-1]
-        return t, f"clamped to the table's budget {b}"
-    i = bisect.bisect(xs, budget)
-    (b0, t0), (b1, t1) = points[i - 1], points[i]
-    w = (math.log2(budget) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
-    return t0 + w * (t1 - t0), f"interpolated in log2(budget) between {b0} and {b1}"
-
-
-def projected_tau(spec: str, table: dict, mean_width):
-    """(tau, how) for a config, or (None, why) when it cannot be projected."""
-    kind, budget = config_key(spec)
-    if kind != "ddtree":
-        return float(table[kind]), "table"
-    if budget == "auto":
-        if mean_width is None:
-            return None, "ddtree:auto without meta_info ddtree_mean_width"
-        tau, how = tau_for_budget(table["ddtree"], mean_width)
-        return tau, f"at ddtree_mean_width {mean_width:.1f}: {how}"
-    return tau_for_budget(table["ddtree"], budget)
-
-
-def load_accept_table(path: str) -> dict:
-    with open(path) as f:
-        table = json.load(f)
-    ok = (isinstance(table, dict) and all(isinstance(table.get(k), (int, float)) for k in ("plain", "dflash"))
-          and isinstance(table.get("ddtree"), dict) and table["ddtree"]
-          and all(str(b).isdigit() and isinstance(t, (int, float)) for b, t in table["ddtree"].items()))
-    if not ok:
-        raise ValueError(f"--accept-table {path}: want {{\"source\": ..., \"plain\": 1.0, \"dflash\": 7.79, "
-                         f"\"ddtree\": {{\"16\": 8.61, ...}}}}")
-    return table
-
-
 def prompts(seed: int, tag: str, c: int, length: int) -> list:
     """c random prompts of ``length`` token ids, the same in every process for the same arguments."""
     rng = random.Random(f"{seed}:{tag}:{c}")
@@ -237,17 +212,37 @@ def prompts(seed: int, tag: str, c: int, length: int) -> list:
 
 # ---- child: one engine -------------------------------------------------------------------------
 def fake_round_ms(spec: str, c: int) -> float:
-    """TEST ONLY: the fake engine's cost of one round, which the test expects to recover."""
+    """TEST ONLY: the fake engine's cost of one round, which the test expects to recover (auto: 1 ms over
+    DFLASH's, whatever it verifies, so that the differential round time stays exact)."""
     kind, budget = config_key(spec)
-    return 4.0 + 0.05 * c + (0.0 if kind == "plain" else 2.0) + (budget / 32 if kind == "ddtree" else 0.0)
+    extra = 1.0 if budget == "auto" else budget / 32 if kind == "ddtree" else 0.0
+    return 4.0 + 0.05 * c + (0.0 if kind == "plain" else 2.0) + extra
+
+
+def fake_auto_budgets(c: int, rounds: int) -> list:
+    """TEST ONLY: the budget each round of a fake ``ddtree:auto`` generate of c requests verifies: a mix of a
+    wide, a narrower and the no-drafting budget, narrower at a larger batch (so tau(mean budget) is wrong)."""
+    cycle = (63, 31, 0) if c < 4 else (15, 0, 0)
+    return [cycle[r % len(cycle)] for r in range(rounds)]
+
+
+class _FakeCollector:  # what export_auto_to_prometheus needs of upstream's SchedulerMetricsCollector
+    labels = {"model_name": "fake"}
 
 
 class _FakeEngine:
     """TEST ONLY (``BENCH_SHAPE_FAKE_ENGINE=1``): sleeps a fixed set-up plus ``fake_round_ms`` per round
-    (accept length 2 for speculative configs) and writes a tiny trace, so the CPU test runs the orchestration."""
+    (accept length 2 for speculative configs) and writes a tiny trace, so the CPU test runs the orchestration.
+    A ``ddtree:auto`` fake refuses to start without ``ACCEPT_TABLE_ENV`` and a Prometheus multiprocess dir, and
+    exports its rounds' budgets (``fake_auto_budgets``) through the worker's own counter code."""
 
     def __init__(self, spec):
         self.spec, (self.kind, self.budget) = spec, config_key(spec)
+        if self.budget == "auto":  # as the real worker: widths.accept_model reads it at start
+            table = os.environ.get(ACCEPT_TABLE_ENV)
+            if not table or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+                raise RuntimeError(f"fake {spec}: started without {ACCEPT_TABLE_ENV} or PROMETHEUS_MULTIPROC_DIR")
+            self.table = json.loads(table)
 
     def generate(self, input_ids, sampling_params):
         m, c = sampling_params["max_new_tokens"], len(input_ids)
@@ -256,8 +251,11 @@ class _FakeEngine:
         meta = {"completion_tokens": m}
         if self.kind != "plain":
             meta["spec_verify_ct"] = rounds
-        if self.kind == "ddtree":
-            meta["ddtree_mean_width"] = 0.75 * self.budget
+        if self.budget == "auto":  # the real channel: the worker's AutoStats exported as at a decode-log step
+            stats = AutoStats()
+            for b in fake_auto_budgets(c, rounds):
+                stats.add(b, c)
+            export_auto_to_prometheus(_FakeCollector(), stats)
         return [{"output_ids": [7] * m, "meta_info": dict(meta)} for _ in range(c)]
 
     def start_profile(self, output_dir, **_):
@@ -283,7 +281,7 @@ class _FakeEngine:
 
 
 def _measure(engine, spec: str, batch: list, max_new_tokens: int) -> dict:
-    """One generate of ``batch`` at once: wall seconds, rounds (see the module docstring), tokens, mean width."""
+    """One generate of ``batch`` at once: wall seconds, rounds (see the module docstring), tokens."""
     t = time.perf_counter()
     outs = engine.generate(input_ids=batch, sampling_params=dict(temperature=0.0, max_new_tokens=max_new_tokens,
                                                                  ignore_eos=True))
@@ -296,9 +294,7 @@ def _measure(engine, spec: str, batch: list, max_new_tokens: int) -> dict:
         per_request = [m["spec_verify_ct"] for m in metas]
     else:
         raise RuntimeError(f"{spec}: meta_info has no spec_verify_ct, so its rounds cannot be counted")
-    widths = [m["ddtree_mean_width"] for m in metas if m.get("ddtree_mean_width") is not None]
-    return {"wall_s": wall, "rounds": max(per_request), "rounds_sum": sum(per_request), "tokens": sum(tokens),
-            "mean_width": statistics.fmean(widths) if widths else None}
+    return {"wall_s": wall, "rounds": max(per_request), "rounds_sum": sum(per_request), "tokens": sum(tokens)}
 
 
 def serve() -> int:
@@ -306,6 +302,12 @@ def serve() -> int:
     ``_TAG`` line each."""
     setup = json.loads(sys.stdin.readline())
     spec, p = setup["spec"], setup["prompts"]
+    prom_dir = None
+    if setup["engine"].get("enable_metrics"):  # this engine's own dir (never one inherited and shared)
+        prom_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bench_shape_prom_")
+    counted = is_auto(spec)
+    if counted and prom_dir is None:
+        raise RuntimeError(f"{spec}: ddtree:auto needs enable_metrics (its verified budgets are counted there)")
     if os.environ.get("BENCH_SHAPE_FAKE_ENGINE") == "1":
         engine = _FakeEngine(spec)
     else:
@@ -315,15 +317,21 @@ def serve() -> int:
     try:
         for c in setup["concurrency"]:  # warm-up: every batch size once, untimed
             _measure(engine, spec, prompts(p["seed"], "warmup", c, p["length"]), setup["base_tokens"])
-        print(_TAG + json.dumps({"ready": True}), flush=True)
+        print(_TAG + json.dumps({"ready": True, "accept_table_env": os.environ.get(ACCEPT_TABLE_ENV),
+                                 "prometheus_dir": prom_dir}), flush=True)
         for line in sys.stdin:
             cmd = json.loads(line)
             if cmd["op"] == "quit":
                 break
             c = cmd["c"]
             if cmd["op"] == "measure":
-                ans = {str(m): _measure(engine, spec, prompts(p["seed"], f"{cmd['rep']}:{m}", c, p["length"]), m)
-                       for m in (setup["base_tokens"], setup["new_tokens"])}
+                ans, before = {}, settled_budget_rounds(prom_dir) if counted else None
+                for m in (setup["base_tokens"], setup["new_tokens"]):
+                    ans[str(m)] = _measure(engine, spec, prompts(p["seed"], f"{cmd['rep']}:{m}", c, p["length"]), m)
+                    if counted:
+                        after = settled_budget_rounds(prom_dir)
+                        ans[str(m)]["budget_rounds"] = {str(b): n for b, n in count_diff(after, before).items()}
+                        before = after
             else:  # profile
                 engine.start_profile(output_dir=cmd["dir"], activities=["CPU", "GPU"], with_stack=True,
                                      record_shapes=False)
@@ -339,12 +347,12 @@ def serve() -> int:
 class _Child:
     """One ``--serve`` process; its stdout is read by a thread, so a silent engine still times out."""
 
-    def __init__(self, spec: str, setup: dict, log_path: str):
+    def __init__(self, spec: str, setup: dict, log_path: str, env: dict):
         self.spec = spec
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1,
-                                     env={**os.environ, **engine_env(spec)})
+                                     env={**os.environ, **env})
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.proc.stdin.write(json.dumps(setup) + "\n")
@@ -396,8 +404,18 @@ def _round_ms(spec: str, c: int, ans: dict, args) -> dict:
     if d_rounds <= 0:
         raise RuntimeError(f"{spec} c {c}: rounds did not grow from {args.base_tokens} to {args.new_tokens} new "
                            f"tokens ({m0['rounds']} -> {m1['rounds']}); raise --new-tokens")
-    return {"round_ms": (m1["wall_s"] - m0["wall_s"]) / d_rounds * 1000, "rounds": [m0["rounds"], m1["rounds"]],
-            "accept_length": m1["tokens"] / m1["rounds_sum"], "mean_width": m1["mean_width"]}
+    out = {"round_ms": (m1["wall_s"] - m0["wall_s"]) / d_rounds * 1000, "rounds": [m0["rounds"], m1["rounds"]],
+           "accept_length": m1["tokens"] / m1["rounds_sum"]}
+    if "budget_rounds" in m1:  # ddtree:auto: the verified budgets of the window (both generates)
+        window = {}
+        for m in (m0, m1):
+            for b, n in m["budget_rounds"].items():
+                window[int(b)] = window.get(int(b), 0) + n
+        out.update(budget_rounds={str(b): window[b] for b in sorted(window)},
+                   budget_rounds_by_generate={str(args.base_tokens): m0["budget_rounds"],
+                                              str(args.new_tokens): m1["budget_rounds"]},
+                   budget_rounds_counted=sum(window.values()), rounds_run=m0["rounds"] + m1["rounds"])
+    return out
 
 
 def _analyze_profile(out_dir: str) -> dict:
@@ -421,25 +439,30 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
     for spec, by_c in runs.items():
         for c, ms in by_c.items():
             rms = [m["round_ms"] for m in ms]
-            widths = [m["mean_width"] for m in ms if m["mean_width"] is not None]
-            width = statistics.median(widths) if widths else None
-            tau, how = projected_tau(spec, table, width)
             med = statistics.median(rms)
             rec = res.setdefault(spec, {})[str(c)] = {
                 "round_ms": [round(x, 4) for x in rms], "round_ms_median": round(med, 4),
                 "round_ms_min": round(min(rms), 4), "round_ms_max": round(max(rms), 4),
                 "rounds": [m["rounds"] for m in ms],
-                "accept_length_observed": round(statistics.median(m["accept_length"] for m in ms), 4),
-                "ddtree_mean_width": width, "tau": tau and round(tau, 4), "tau_source": how,
-                "projected_tokens_per_s": round(c * tau / med * 1000, 1) if tau else None}
+                "accept_length_observed": round(statistics.median(m["accept_length"] for m in ms), 4)}
+            if is_auto(spec):
+                auto = auto_record(ms, table)
+                tau, how, taus = auto.pop("tau"), auto.pop("tau_source"), auto["tau_per_repetition"]
+                rec.update(auto)
+            else:
+                tau, how = projected_tau(spec, table)
+                taus = [tau] * len(rms)
+            rec.update(tau=tau and round(tau, 4), tau_source=how,
+                       projected_tokens_per_s=round(c * tau / med * 1000, 1) if tau else None)
             for base in baselines:
                 if base == spec:
                     continue
                 b_rms = [m["round_ms"] for m in runs[base][c]]
                 rec[f"round_ms_ratio_vs_{base}"] = _stats([x / b for x, b in zip(rms, b_rms)])
-                b_tau = projected_tau(base, table, None)[0]
+                b_tau = projected_tau(base, table)[0]  # a baseline is plain, DFLASH or a fixed budget
                 if tau and b_tau:
-                    rec[f"projected_speedup_vs_{base}"] = _stats([(tau / x) / (b_tau / b) for x, b in zip(rms, b_rms)])
+                    rec[f"projected_speedup_vs_{base}"] = _stats([(t / x) / (b_tau / b)
+                                                                  for t, x, b in zip(taus, rms, b_rms)])
             if rec["projected_tokens_per_s"] and rec["projected_tokens_per_s"] > best.get(str(c), {}).get(
                     "projected_tokens_per_s", 0):
                 best[str(c)] = {"config": spec, "projected_tokens_per_s": rec["projected_tokens_per_s"]}
@@ -454,23 +477,34 @@ def engine_settings(args) -> dict:
                 skip_tokenizer_init=True,
                 # prefill graphs only cost start time here (the M1 - M0 differential cancels prefill): on the
                 # H200 the first engine spent 90 s compiling them for 38 token counts
-                cuda_graph_backend_prefill="disabled")
+                cuda_graph_backend_prefill="disabled",
+                **(BUDGET_COUNT_SETTINGS if any(is_auto(s) for s in args.configs) else {}))
 
 
-def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int, log_dir: str) -> tuple[dict, dict]:
-    """All engines of one shape alive together; returns (results[config][c], best projected config per c)."""
+def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int, log_dir: str,
+              on_repetition=None) -> tuple[dict, dict, dict]:
+    """All engines of one shape alive together; returns (results[config][c], best projected config per c,
+    engines[config]: its environment, start + warm-up seconds and what its process saw).
+    ``on_repetition(results, best, engines, repetitions done)`` gets the summary so far after each repetition
+    (a killed run keeps them)."""
     configs, engine = args.configs, engine_settings(args)
     t0, children, runs, profile_dirs = time.time(), {}, {s: {c: [] for c in args.concurrency} for s in configs}, {}
+    engines = {}  # config: its environment, start + warm-up seconds, what its process saw
     try:
         for i, spec in enumerate(configs):  # one after another: each engine sizes itself from the free memory
+            t_start = time.time()
             port = args.base_port + 100 * (port_index + i)
             setup = {"spec": spec, "target": target_dir, "concurrency": args.concurrency,
                      "base_tokens": args.base_tokens, "new_tokens": args.new_tokens,
                      "prompts": {"seed": args.seed, "length": args.prompt_len},
                      "engine": {**engine, "port": port, "nccl_port": port + 7,
                                 **engine_kwargs(spec, draft_dir, args.attention_backend)}}
-            children[spec] = _Child(spec, setup, os.path.join(log_dir, f"engine_{shape}_{i}.log"))
-            children[spec].read(args.start_timeout_s)
+            env = config_env(spec, args.table)
+            children[spec] = _Child(spec, setup, os.path.join(log_dir, f"engine_{shape}_{i}.log"), env)
+            ready = children[spec].read(args.start_timeout_s)
+            engines[spec] = {"env": env, "start_and_warmup_s": round(time.time() - t_start, 1),
+                             "accept_table_env_seen": ready.get("accept_table_env"),
+                             "prometheus_dir": ready.get("prometheus_dir")}
             print(f"[bench_shape] {shape} {spec} ready ({time.time() - t0:.0f} s)", flush=True)
         for rep in range(args.repeats):
             for c in args.concurrency:
@@ -479,7 +513,9 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
                     runs[spec][c].append(m)
                     print(f"[bench_shape] {shape} rep {rep + 1}/{args.repeats} c {c:>3} {spec:>22}: "
                           f"{m['round_ms']:8.3f} ms/round (rounds {m['rounds'][0]} -> {m['rounds'][1]}, "
-                          f"accept {m['accept_length']:.2f})", flush=True)
+                          f"accept {m['accept_length']:.2f}{_budgets_note(m)})", flush=True)
+            if on_repetition is not None:
+                on_repetition(*summarize(runs, args.table, args.baselines), engines, rep + 1)
         for spec in configs if args.profile_dir else ():
             for c in args.profile_concurrency:
                 d = os.path.join(os.path.abspath(args.profile_dir), shape, spec.replace(":", "_").replace("+", "_"),
@@ -497,7 +533,14 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             print(f"[bench_shape] {shape} c {c:>3} {spec:>22}: {m['outside_graphs_ms']:.2f} ms of the round outside "
                   f"its CUDA graphs ({100 * m['outside_graphs_fraction']:.0f} %)", flush=True)
     print(f"[bench_shape] {shape} done ({time.time() - t0:.0f} s)", flush=True)
-    return results, best
+    return results, best, engines
+
+
+def _budgets_note(m: dict) -> str:
+    if m.get("budget_rounds") is None:
+        return ""
+    dist = " ".join(f"{b}:{n}" for b, n in m["budget_rounds"].items()) or "none"
+    return f", budgets {dist} ({m['budget_rounds_counted']} of {m['rounds_run']} rounds counted)"
 
 
 def outside_graphs(round_ms: float, profile: dict) -> dict:
@@ -523,53 +566,100 @@ def _print_table(shape: str, results: dict, best: dict, concurrency: list) -> No
         print(f"{spec:>24} " + " ".join(f"{x:>18}" for x in cells))
     print("  best projected: " + ", ".join(f"c={c} {b['config']} ({b['projected_tokens_per_s']:.0f} tok/s)"
                                            for c, b in best.items()), flush=True)
+    for spec, by_c in results.items():
+        for c in map(str, concurrency):
+            if "budget_rounds" in by_c[c]:
+                m = by_c[c]
+                dist = " ".join(f"{b}:{n}" for b, n in m["budget_rounds"].items()) or "none"
+                tau = "-" if m["tau"] is None else f"{m['tau']:.2f}"
+                print(f"  {spec} c={c}: verified budgets {dist} (mean {m['budget_mean']}), tau {tau}", flush=True)
     notes = {f"{s}: {m['tau_source']}" for s, by_c in results.items() for m in by_c.values()
-             if m["tau_source"] != "table"}
+             if m["tau_source"] != "table" and "budget_rounds" not in m}
     for note in sorted(notes):
         print(f"  tau {note}", flush=True)
 
 
 def plot(json_in: str, plot_dir: str) -> int:
-    """PNGs per shape: projected tok/s and ms/round vs concurrency, and the chosen width where reported."""
+    """PNGs per shape: projected tok/s and ms/round vs concurrency; with a ``ddtree:auto`` config also
+    ``chosen_budget_<shape>.png``: projected tok/s (left) next to auto's verified budget per round vs concurrency
+    (right: the mean, and the distribution as one marker per budget, its area the share of rounds; the budget
+    axis in log2(budget + 1), so every bucket 2^k - 1 is one step)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     with open(json_in) as f:
         report = json.load(f)
     os.makedirs(plot_dir, exist_ok=True)
-    panels = (("projected_tokens_per_s", "projected tokens/s (c * tau / round)"),
-              ("round_ms", "ms per round (median, min-max)"), ("chosen_width", "ddtree_mean_width (median)"))
-    key = {"projected_tokens_per_s": "projected_tokens_per_s", "round_ms": "round_ms_median",
-           "chosen_width": "ddtree_mean_width"}
+    panels = (("projected_tokens_per_s", "projected tokens/s (c * tau / round)", "projected_tokens_per_s"),
+              ("round_ms", "ms per round (median, min-max)", "round_ms_median"))
+
+    def save(fig, name, shape):
+        path = os.path.join(plot_dir, f"{name}_{shape}.png")
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        print(f"[bench_shape] wrote {path}", flush=True)
+
     for shape, results in report["results"].items():
-        for name, ylabel in panels:
-            lines = {spec: sorted((int(c), m) for c, m in by_c.items() if m.get(key[name]) is not None)
-                     for spec, by_c in results.items()}
-            lines = {s: pts for s, pts in lines.items() if pts}
-            if not lines:
-                continue
+        for name, ylabel, key in panels:
             fig, ax = plt.subplots(figsize=(7, 4.5))
-            for spec, pts in lines.items():
-                xs, ys = [c for c, _ in pts], [m[key[name]] for _, m in pts]
-                if name == "round_ms":
-                    err = [[y - m["round_ms_min"] for y, (_, m) in zip(ys, pts)],
-                           [m["round_ms_max"] - y for y, (_, m) in zip(ys, pts)]]
-                    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=spec)
-                else:
-                    ax.plot(xs, ys, marker="o", label=spec)
-            ticks = sorted({c for pts in lines.values() for c, _ in pts})
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(ticks, [str(c) for c in ticks])
-            ax.set(xlabel="concurrency (requests decoded at once)", ylabel=ylabel, title=f"{shape}: {ylabel}")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-            path = os.path.join(plot_dir, f"{name}_{shape}.png")
-            fig.savefig(path, dpi=120, bbox_inches="tight")
+            if _plot_lines(ax, results, key, ylabel, shape, errorbars=name == "round_ms"):
+                save(fig, name, shape)
             plt.close(fig)
-            print(f"[bench_shape] wrote {path}", flush=True)
+        auto = {spec: sorted((int(c), m) for c, m in by_c.items() if m.get("budget_rounds"))
+                for spec, by_c in results.items() if is_auto(spec)}
+        auto = {spec: pts for spec, pts in auto.items() if pts}
+        if not auto:
+            continue
+        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+        _plot_lines(left, results, "projected_tokens_per_s", panels[0][1], shape)
+        for k, (spec, pts) in enumerate(auto.items()):
+            xs = [c for c, _ in pts]
+            line, = right.plot(xs, [m["budget_mean"] for _, m in pts], marker="o", label=f"{spec}: mean budget")
+            for c, m in pts:
+                total = sum(m["budget_rounds"].values())
+                bs = [int(b) for b in m["budget_rounds"]]
+                shares = [n / total for n in m["budget_rounds"].values()]
+                right.scatter([c * 2 ** (0.06 * k)] * len(bs), bs, s=[300 * x for x in shares], alpha=0.35,
+                              color=line.get_color())
+        right.scatter([], [], s=60, color="gray", alpha=0.35, label="rounds at a budget (area = share)")
+        ticks = sorted({c for pts in auto.values() for c, _ in pts})
+        right.set_xscale("log", base=2)
+        right.set_xticks(ticks, [str(c) for c in ticks])
+        right.set_yscale("function", functions=(lambda y: np.log2(np.maximum(y, 0) + 1), lambda y: 2.0 ** y - 1))
+        right.set_yticks(AUTO_BUCKETS)
+        right.set(xlabel="concurrency (requests decoded at once)", ylabel="verified budget per round (0 = no drafting)",
+                  title=f"{shape}: ddtree:auto's chosen budget")
+        right.grid(alpha=0.3)
+        right.legend(fontsize=8)
+        save(fig, "chosen_budget", shape)
     return 0
+
+
+def _plot_lines(ax, results: dict, key: str, ylabel: str, shape: str, errorbars: bool = False) -> bool:
+    """One line per config of ``results[config][c][key]`` vs concurrency on ``ax``; False when none has it."""
+    lines = {spec: sorted((int(c), m) for c, m in by_c.items() if m.get(key) is not None)
+             for spec, by_c in results.items()}
+    lines = {s: pts for s, pts in lines.items() if pts}
+    if not lines:
+        return False
+    for spec, pts in lines.items():
+        xs, ys = [c for c, _ in pts], [m[key] for _, m in pts]
+        if errorbars:
+            err = [[y - m["round_ms_min"] for y, (_, m) in zip(ys, pts)],
+                   [m["round_ms_max"] - y for y, (_, m) in zip(ys, pts)]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=spec)
+        else:
+            ax.plot(xs, ys, marker="o", label=spec)
+    ticks = sorted({c for pts in lines.values() for c, _ in pts})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [str(c) for c in ticks])
+    ax.set(xlabel="concurrency (requests decoded at once)", ylabel=ylabel, title=f"{shape}: {ylabel}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return True
 
 
 def _int_list(ap, flag: str, value: str) -> list:
@@ -625,9 +715,16 @@ def _check(ap, args) -> None:
         args.table = load_accept_table(args.accept_table) if args.accept_table else PAPER_ACCEPT
     except (OSError, ValueError) as e:
         ap.error(str(e))
+    below = [b for b in AUTO_BUCKETS if 0 < b < min(int(k) for k in args.table["ddtree"])]
+    if below and any(is_auto(s) for s in args.configs):
+        low = min(args.table["ddtree"], key=int)
+        print(f"[bench_shape] warning: ddtree:auto buckets {below} lie below the accept table's smallest budget "
+              f"{low}: the policy and the projection both give them its tau {args.table['ddtree'][low]} (clamped), "
+              f"which overstates small trees (a budget-b tree commits at most b + 1 tokens)", flush=True)
     for spec in args.configs:  # an estimate: prompt + new tokens + the verified block or tree per request
         kind, budget = config_key(spec)
-        extra = {"plain": 0, "dflash": DRAFT_BLOCK}.get(kind, budget + 1 if isinstance(budget, int) else 0)
+        tree = budget + 1 if isinstance(budget, int) else AUTO_MAX_BUDGET + 1  # auto: its largest bucket
+        extra = {"plain": 0, "dflash": DRAFT_BLOCK}.get(kind, tree)
         need = max(args.concurrency) * (args.prompt_len + args.new_tokens + extra)
         if need > args.max_total_tokens:
             print(f"[bench_shape] warning: {spec} at c {max(args.concurrency)} needs about {need} KV slots, more "
@@ -689,14 +786,22 @@ def main(argv=None) -> int:
                            "method": "one engine process per config, all alive on one GPU; repetition r runs every "
                                      "concurrency, each with every config in an order rotated by r; round ms = "
                                      "(wall(M1) - wall(M0)) / (rounds(M1) - rounds(M0))"},
-              "shapes": {}, "accept_table": args.table, "results": {}, "best_projected": {}, "errors": {}}
+              "shapes": {}, "accept_table": args.table, "results": {}, "best_projected": {}, "engines": {},
+              "errors": {}}
     for i, shape in enumerate(args.shapes):
         target, draft = shape_configs(shape)
         target_dir, draft_dir = write_shape(args.model_dir, shape)
         report["shapes"][shape] = {"target": target, "draft": draft, "target_dir": target_dir, "draft_dir": draft_dir}
+        def partial(results, best, engines, done, shape=shape):  # the JSON so far, in case the run is killed
+            report["results"][shape], report["best_projected"][shape], report["engines"][shape] = results, best, engines
+            report["partial"] = {"shape": shape, "repetitions_done": done}
+            with open(args.out, "w") as f:
+                json.dump(report, f, indent=1)
+
         try:
-            report["results"][shape], report["best_projected"][shape] = run_shape(
-                shape, target_dir, draft_dir, args, i * len(args.configs), log_dir)
+            report["results"][shape], report["best_projected"][shape], report["engines"][shape] = run_shape(
+                shape, target_dir, draft_dir, args, i * len(args.configs), log_dir, on_repetition=partial)
+            report.pop("partial", None)
         except Exception as e:  # record, and go on with the next shape
             import traceback
 

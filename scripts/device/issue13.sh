@@ -7,7 +7,13 @@
 #                                             # start-up calibration and policy
 #     bash scripts/device/issue13.sh paired   # tiny pair, paired: AR, DFLASH (fa3 + triton), fixed budgets, auto at
 #                                             # batch 1 / 4 / 16 / 48 / 64 (fa3 staged)
-# Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts for `paired`).
+#     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
+#                                             # AR and DFLASH on fa3, DDTREE b15 fa3, b63 triton and auto triton at
+#                                             # concurrency 1..64, 2 repetitions; auto decides from the paper's accept
+#                                             # table (the one the projection uses) and its verified budgets per window
+#                                             # come back in the JSON (fa3 staged). Plots: bench_shape.py --plot.
+# Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts for `paired` / `shape`).
+# Env (shape): SHAPE_CONFIGS, SHAPE_BASELINES, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_ACCEPT_TABLE, SHAPE_TIMEOUT_S.
 set -u
 cd "$(dirname "$0")/../.."
 PAR=scripts/device/parallel.sh
@@ -34,8 +40,28 @@ case "${1:-}" in
       --num-prompts 64 --max-new-tokens 64 --out "$OUT/paired_auto.json" 2>&1 | tail -n 60
     ls -la "$OUT"
     ;;
+  shape)
+    # Budget: session 7's 4-engine 8B-shape call (c 1 / 32, 2 reps, profiles) took 484 s of which the first
+    # engine's start on a fresh machine was 146 s; five engines here (auto adds its per-bucket verify graphs),
+    # no profiles. The JSON is rewritten after every repetition, so a timeout keeps the repetitions done.
+    # The paper's table starts at budget 16: auto's buckets 1 / 3 / 7 / 15 get 8.61 in the policy and the
+    # projection (bench_shape warns); SHAPE_ACCEPT_TABLE=FILE.json (a tracked file) states small budgets instead.
+    OUT=${OUT:-/tmp/shape_out}
+    mkdir -p "$OUT"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-550}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:63:8+triton,ddtree:auto:8+triton}" \
+      --baselines "${SHAPE_BASELINES:-dflash+fa3,plain+fa3}" --concurrency "${SHAPE_CONCURRENCY:-1,2,4,8,16,32,64}" \
+      --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
+      ${SHAPE_ACCEPT_TABLE:+--accept-table "$SHAPE_ACCEPT_TABLE"} \
+      --log-dir "$OUT/logs" --out "$OUT/shape_auto.json" 2>&1 | tail -n 90
+    (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)
+    python3 benchmark/bench_shape.py --plot "$OUT/shape_auto.json" --plot-dir "$OUT/plots" 2>&1 | tail -n 5
+    ls -la "$OUT" "$OUT/plots"
+    ;;
   *)
-    echo "usage: $0 auto|paired" >&2
+    echo "usage: $0 auto|paired|shape" >&2
     exit 2
     ;;
 esac

@@ -1,7 +1,9 @@
 """benchmark/bench_shape.py on CPU with its test-only fake engine (BENCH_SHAPE_FAKE_ENGINE=1): the shapes'
 config dirs, child processes, the rotated alternation, the differential round time (the fake's per-round cost
 must come back), the projection with log2 interpolation, paired ratios, the profile analysis, the JSON, argument
-errors before any engine starts, and the plot mode."""
+errors before any engine starts, and the plot mode. ``ddtree:auto``: the projection's accept table reaches the
+engine's process, every window's verified budgets come back through the worker's Prometheus counter, and the
+projection is the mean of tau over rounds, not tau at the mean budget."""
 
 import importlib.util
 import json
@@ -17,9 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "benchmark", "bench_shape.py")
 _spec = importlib.util.spec_from_file_location("bench_shape", SCRIPT)
 bench_shape = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_shape)
+_spec.loader.exec_module(bench_shape)  # puts benchmark/ on sys.path
+import shape_budgets  # noqa: E402
+import shape_projection  # noqa: E402
 
-CONFIGS = ["plain", "dflash+fa3", "ddtree:100:4+nograph"]  # the default baselines: dflash+fa3, plain
+CONFIGS = ["plain", "dflash+fa3", "ddtree:100:4+nograph", "ddtree:auto:8"]  # default baselines: dflash+fa3, plain
+AUTO = "ddtree:auto:8"
 SHAPES = ["qwen3-8b", "qwen3-4b"]
 
 
@@ -110,10 +115,11 @@ def test_round_cost_of_the_fake_is_recovered(run):
 def test_rotated_alternation(run):
     proc, _, _ = run
     lines = re.findall(r"\[bench_shape\] qwen3-8b rep (\d)/3 c +(\d) +(\S+):", proc.stdout)
-    assert len(lines) == 3 * 2 * 3
-    for i in range(0, len(lines), 3):
+    n = len(CONFIGS)
+    assert len(lines) == 3 * 2 * n
+    for i in range(0, len(lines), n):
         rep = int(lines[i][0]) - 1
-        assert [spec for _, _, spec in lines[i:i + 3]] == CONFIGS[rep % 3:] + CONFIGS[:rep % 3]
+        assert [spec for _, _, spec in lines[i:i + n]] == CONFIGS[rep % n:] + CONFIGS[:rep % n]
 
 
 def test_projection_ratios_and_best(run):
@@ -124,6 +130,8 @@ def test_projection_ratios_and_best(run):
     for spec in CONFIGS:
         for c in (1, 4):
             m = res[spec][str(c)]
+            if spec == AUTO:
+                expect_tau[spec] = _fake_auto_tau(c)
             assert m["tau"] == pytest.approx(expect_tau[spec], abs=1e-3)
             assert m["projected_tokens_per_s"] == pytest.approx(c * m["tau"] / m["round_ms_median"] * 1000, rel=1e-3)
             for base in ("dflash+fa3", "plain"):
@@ -137,7 +145,6 @@ def test_projection_ratios_and_best(run):
                 assert m[f"projected_speedup_vs_{base}"]["median"] == pytest.approx(
                     expect_tau[spec] / expect_tau[base] / ratio["median"], rel=0.05)
     assert res["ddtree:100:4+nograph"]["1"]["tau_source"] == "interpolated in log2(budget) between 64 and 128"
-    assert res["ddtree:100:4+nograph"]["1"]["ddtree_mean_width"] == 75.0
     for c in ("1", "4"):
         best = max(CONFIGS, key=lambda s: res[s][c]["projected_tokens_per_s"])
         assert rep["best_projected"]["qwen3-8b"][c]["config"] == best
@@ -185,7 +192,7 @@ def test_plot_mode(run):
     proc = _cli("--plot", str(tmp / "shape.json"), "--plot-dir", str(tmp / "plots"), fake=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for shape in SHAPES:
-        for name in ("projected_tokens_per_s", "round_ms", "chosen_width"):
+        for name in ("projected_tokens_per_s", "round_ms", "chosen_budget"):
             path = tmp / "plots" / f"{name}_{shape}.png"
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -243,9 +250,8 @@ def test_projection_rules():
     assert bench_shape.tau_for_budget(table["ddtree"], 4096) == (10.98, "clamped to the table's budget 1024")
     assert bench_shape.tau_for_budget(table["ddtree"], 45.254834)[0] == pytest.approx((9.27 + 9.75) / 2)  # 2^5.5
     assert bench_shape.projected_tau("plain+nograph", table, None) == (1.0, "table")
-    assert bench_shape.projected_tau("ddtree:auto:8", table, None)[0] is None
-    tau, how = bench_shape.projected_tau("ddtree:auto:8", table, 128.0)
-    assert tau == 10.20 and how == "at ddtree_mean_width 128.0: table"
+    assert bench_shape.projected_tau("ddtree:auto:8", table)[0] is None
+    assert bench_shape.projected_tau("ddtree:auto:8", table, {})[0] is None
 
 
 def test_prompts_are_seeded_and_fresh():
@@ -254,3 +260,150 @@ def test_prompts_are_seeded_and_fresh():
     assert a != bench_shape.prompts(0, "1:16", 4, 128) and a != bench_shape.prompts(1, "1:64", 4, 128)
     assert len(a) == 4 and all(len(p) == 128 and 1000 <= min(p) and max(p) < 150000 for p in a)
     assert len({tuple(p) for p in a}) == 4
+
+
+# ---- ddtree:auto ---------------------------------------------------------------------------------
+def _window(c: int, generates=((8, 4), (32, 16))) -> dict:
+    """The fake's verified budgets of one window: its M0 and M1 generates (new tokens, rounds)."""
+    out = {}
+    for _, rounds in generates:
+        for b in bench_shape.fake_auto_budgets(c, rounds):
+            out[b] = out.get(b, 0) + 1
+    return out
+
+
+def _fake_auto_tau(c: int, table=bench_shape.PAPER_ACCEPT) -> float:
+    w = _window(c)
+    return sum(n * (1.0 if b == 0 else bench_shape.tau_for_budget(table["ddtree"], b)[0]) for b, n in w.items()) \
+        / sum(w.values())
+
+
+def test_auto_windows_keep_their_budget_distribution(run):
+    """Every window (concurrency x repetition) has exactly the budgets the fake verified in it, per generate."""
+    _, rep, _ = run
+    for shape in SHAPES:
+        for c in (1, 4):
+            m = rep["results"][shape][AUTO][str(c)]
+            window = {str(b): n for b, n in sorted(_window(c).items())}
+            assert m["budget_rounds_per_repetition"] == [window] * 3
+            assert m["budget_rounds"] == {b: 3 * n for b, n in window.items()}
+            assert m["budget_rounds_coverage"] == [[20, 20]] * 3
+            total = sum(_window(c).values())
+            assert m["budget_mean"] == pytest.approx(sum(b * n for b, n in _window(c).items()) / total, abs=1e-3)
+    # the fake narrows its budgets at c 4: the distributions differ between concurrencies
+    res = rep["results"]["qwen3-8b"][AUTO]
+    assert res["1"]["budget_rounds"] != res["4"]["budget_rounds"] and "0" in res["4"]["budget_rounds"]
+
+
+def test_auto_projection_is_the_mean_of_tau_over_rounds_not_tau_at_the_mean_budget(run):
+    _, rep, _ = run
+    for c in (1, 4):
+        m = rep["results"]["qwen3-8b"][AUTO][str(c)]
+        at_mean = bench_shape.tau_for_budget(bench_shape.PAPER_ACCEPT["ddtree"], m["budget_mean"])[0]
+        assert abs(_fake_auto_tau(c) - at_mean) > 2.0  # the fake's mix makes the two far apart
+        assert m["tau"] == pytest.approx(_fake_auto_tau(c), abs=1e-3)
+        assert m["tau_per_repetition"] == [pytest.approx(_fake_auto_tau(c), abs=1e-9)] * 3
+        assert m["projected_tokens_per_s"] == pytest.approx(c * m["tau"] / m["round_ms_median"] * 1000, rel=1e-3)
+        assert m["tau_by_budget"]["0"] == 1.0 and m["tau_source"].startswith("mean over 60 verified rounds")
+        speed = m["projected_speedup_vs_dflash+fa3"]["median"]
+        assert speed == pytest.approx(_fake_auto_tau(c) / 7.79 / m["round_ms_ratio_vs_dflash+fa3"]["median"], rel=0.05)
+
+
+def test_auto_engine_gets_the_projection_table(run):
+    _, rep, _ = run
+    want = json.dumps({b: t for b, t in sorted(bench_shape.PAPER_ACCEPT["ddtree"].items(), key=lambda x: int(x[0]))})
+    for shape in SHAPES:
+        engines = rep["engines"][shape]
+        assert engines[AUTO]["accept_table_env_seen"] == want == engines[AUTO]["env"][bench_shape.ACCEPT_TABLE_ENV]
+        for spec in CONFIGS:
+            if spec != AUTO:
+                assert engines[spec]["accept_table_env_seen"] is None
+            # every engine has its own Prometheus dir (the counter of one never sums another's)
+        dirs = [engines[s]["prometheus_dir"] for s in CONFIGS]
+        assert all(dirs) and len(set(dirs)) == len(dirs)
+    assert rep["settings"]["engine"]["enable_metrics"] is True and rep["settings"]["engine"]["decode_log_interval"] == 1
+
+
+def test_auto_with_an_own_accept_table(tmp_path):
+    """--accept-table reaches the auto engine's process and is the table its projection uses."""
+    table = {"source": "test", "plain": 1.0, "dflash": 3.0, "ddtree": {"1": 1.5, "15": 3.0, "63": 4.0}}
+    (tmp_path / "t.json").write_text(json.dumps(table))
+    out = tmp_path / "x.json"
+    proc = _cli("--out", str(out), "--configs", f"dflash,{AUTO}", "--concurrency", "4", "--repeats", "1",
+                "--new-tokens", "32", "--base-tokens", "8", "--accept-table", str(tmp_path / "t.json"),
+                "--model-dir", str(tmp_path / "models"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    seen = json.loads(rep["engines"]["qwen3-8b"][AUTO]["accept_table_env_seen"])
+    assert seen == {"1": 1.5, "15": 3.0, "63": 4.0}
+    m = rep["results"]["qwen3-8b"][AUTO]["4"]
+    w = _window(4)  # budgets 15 and 0
+    assert m["tau"] == pytest.approx((w[15] * 3.0 + w[0] * 1.0) / sum(w.values()), abs=1e-3)
+    assert "warning: ddtree:auto buckets" not in proc.stdout  # this table starts at budget 1
+
+
+def test_paper_table_warns_about_small_auto_buckets(tmp_path):
+    proc = _cli("--out", str(tmp_path / "x.json"), "--configs", AUTO, "--concurrency", "1", "--repeats", "1",
+                "--new-tokens", "16", "--base-tokens", "8", "--model-dir", str(tmp_path / "models"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "warning: ddtree:auto buckets [1, 3, 7, 15] lie below the accept table's smallest budget 16" in proc.stdout
+
+
+def test_auto_fake_refuses_to_start_without_the_table(tmp_path):
+    """The fake, like the real worker, needs the env: an orchestration that drops it fails."""
+    setup = {"spec": AUTO, "target": "T", "concurrency": [1], "base_tokens": 8, "new_tokens": 16,
+             "prompts": {"seed": 0, "length": 8}, "engine": {"enable_metrics": True}}
+    env = {k: v for k, v in os.environ.items() if k != bench_shape.ACCEPT_TABLE_ENV}
+    proc = subprocess.run([sys.executable, SCRIPT, "--serve"], input=json.dumps(setup) + "\n", text=True,
+                          capture_output=True, timeout=60, env=dict(env, BENCH_SHAPE_FAKE_ENGINE="1"))
+    assert proc.returncode != 0 and f"started without {bench_shape.ACCEPT_TABLE_ENV}" in proc.stderr
+
+
+def test_config_env():
+    table = {"plain": 1.0, "dflash": 7.0, "ddtree": {"64": 9.75, "16": 8.61}}
+    assert shape_budgets.config_env("ddtree:auto:8+triton", table) == {
+        bench_shape.ACCEPT_TABLE_ENV: '{"16": 8.61, "64": 9.75}'}
+    assert shape_budgets.config_env("ddtree:auto:8+fa3+fa3tree", table)["SGLANG_DDTREE_FA3_TREE_ATTENTION"] == "1"
+    assert shape_budgets.config_env("ddtree:16:8", table) == {} and shape_budgets.config_env("dflash", table) == {}
+
+
+def test_the_policy_reads_the_table_as_the_projection_does(monkeypatch):
+    """widths.accept_model on the env bench_shape sets gives, per bucket, the tau the projection applies."""
+    pytest.importorskip("torch")
+    from sglang_ddtree.worker import widths
+
+    assert widths.ACCEPT_TABLE_ENV == bench_shape.ACCEPT_TABLE_ENV
+    env = shape_budgets.config_env(AUTO, bench_shape.PAPER_ACCEPT)
+    monkeypatch.setenv(widths.ACCEPT_TABLE_ENV, env[widths.ACCEPT_TABLE_ENV])
+    model = widths.accept_model(bench_shape.AUTO_BUCKETS)
+    taus = shape_projection.tau_by_budget(bench_shape.PAPER_ACCEPT["ddtree"], bench_shape.AUTO_BUCKETS)
+    for b in bench_shape.AUTO_BUCKETS:
+        assert model.tokens_per_request(b) == pytest.approx(taus[b][0], abs=1e-9), b
+
+
+def test_auto_tau_rules():
+    table = bench_shape.PAPER_ACCEPT["ddtree"]
+    tau, how = shape_projection.auto_tau(table, {0: 1, 64: 1})
+    assert tau == pytest.approx((1.0 + 9.75) / 2) and how.startswith("mean over 2 verified rounds")
+    assert shape_projection.auto_tau(table, {"64": 3})[0] == 9.75  # string keys, as in the JSON
+    assert "budgets [1] clamped" in shape_projection.auto_tau(table, {1: 2, 64: 2})[1]
+    assert bench_shape.projected_tau(AUTO, bench_shape.PAPER_ACCEPT, {0: 3})[0] == 1.0
+
+
+def test_a_window_without_budget_counts_voids_the_projection():
+    def m(counts):
+        return {"round_ms": 10.0, "rounds": [4, 16], "accept_length": 1.0, "budget_rounds": counts,
+                "budget_rounds_counted": sum(counts.values()) if counts else 0, "rounds_run": 20}
+
+    runs = {AUTO: {2: [m({"63": 10, "0": 10}), m({}), m({"63": 20})]}}
+    res, best = bench_shape.summarize(runs, bench_shape.PAPER_ACCEPT, [])
+    rec = res[AUTO]["2"]
+    assert rec["tau"] is None and rec["projected_tokens_per_s"] is None and best == {}
+    assert rec["tau_source"] == "ddtree:auto: repetitions [1] counted no verified budgets"
+    assert rec["budget_rounds_per_repetition"][0] == {"63": 10, "0": 10} and rec["budget_rounds"] == {"0": 10, "63": 30}
+
+
+def test_count_diff():
+    assert shape_budgets.count_diff({0: 5, 63: 9}, {0: 5, 63: 2}) == {63: 7}
+    with pytest.raises(AssertionError):
+        shape_budgets.count_diff({63: 1}, {63: 2})
