@@ -113,6 +113,7 @@ from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment  # noqa: E4
 from shape_budgets import (ACCEPT_TABLE_ENV, AUTO_BUCKETS, BUDGET_COUNT_SETTINGS, config_env,  # noqa: E402
                            count_diff, settled_budget_rounds)
 from shape_projection import (PAPER_ACCEPT, auto_record, config_key, is_auto, load_accept_table,  # noqa: E402
+                              with_small_budgets,
                               projected_tau, tau_for_budget)  # noqa: F401  (tau_for_budget: the tests' name)
 
 from sglang_ddtree.config import AUTO_MAX_BUDGET  # noqa: E402  (no torch, no SGLang)
@@ -715,12 +716,12 @@ def _check(ap, args) -> None:
         args.table = load_accept_table(args.accept_table) if args.accept_table else PAPER_ACCEPT
     except (OSError, ValueError) as e:
         ap.error(str(e))
-    below = [b for b in AUTO_BUCKETS if 0 < b < min(int(k) for k in args.table["ddtree"])]
-    if below and any(is_auto(s) for s in args.configs):
-        low = min(args.table["ddtree"], key=int)
-        print(f"[bench_shape] warning: ddtree:auto buckets {below} lie below the accept table's smallest budget "
-              f"{low}: the policy and the projection both give them its tau {args.table['ddtree'][low]} (clamped), "
-              f"which overstates small trees (a budget-b tree commits at most b + 1 tokens)", flush=True)
+    if any(is_auto(s) for s in args.configs):
+        args.table = with_small_budgets(args.table, AUTO_BUCKETS)
+        if "assumed" in args.table:
+            print(f"[bench_shape] ddtree:auto buckets {args.table['assumed']['budgets']} lie below the accept table: "
+                  f"assumed {args.table['assumed']['rule']}: " + ", ".join(
+                      f"{b}: {args.table['ddtree'][str(b)]}" for b in args.table["assumed"]["budgets"]), flush=True)
     for spec in args.configs:  # an estimate: prompt + new tokens + the verified block or tree per request
         kind, budget = config_key(spec)
         tree = budget + 1 if isinstance(budget, int) else AUTO_MAX_BUDGET + 1  # auto: its largest bucket

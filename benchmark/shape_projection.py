@@ -17,6 +17,41 @@ PAPER_ACCEPT = {
 }
 
 
+def chain_rate(dflash_tau: float, depth: int) -> float:
+    """The per-position acceptance a in (0, 1] of a chain of ``depth`` drafts whose expected accept length is
+    ``dflash_tau`` (bonus included): 1 + a + a^2 + ... + a^depth = tau, solved by bisection."""
+    target = float(dflash_tau)
+    if not 1.0 <= target <= depth + 1:
+        raise ValueError(f"DFLASH tau {dflash_tau} must be in [1, {depth + 1}] for a chain of {depth} drafts")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid ** i for i in range(depth + 1)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def with_small_budgets(table: dict, budgets, depth: int = 15) -> dict:
+    """``table`` plus, for every budget in ``budgets`` below its smallest DDTree entry, an ASSUMED accept length:
+    DFLASH's chain of that many drafts, tau(b) = 1 + a + ... + a^min(b, depth) with a from the table's DFLASH tau
+    (``chain_rate``) - a chain of b nodes is a tree of budget b, so this is what such a tree accepts when branching
+    buys nothing (a lower bound under the chain model; the paper's table starts at 16). Each added entry is named
+    in ``assumed``; the policy (through SGLANG_DDTREE_AUTO_ACCEPT_TABLE) and the projection read the same table."""
+    smallest = min(int(b) for b in table["ddtree"])
+    small = sorted(int(b) for b in budgets if 0 < int(b) < smallest)
+    if not small:
+        return table
+    a = chain_rate(table["dflash"], depth)
+    ddtree = dict(table["ddtree"])
+    for b in small:
+        ddtree[str(b)] = round(sum(a ** i for i in range(min(b, depth) + 1)), 4)
+    return dict(table, ddtree=ddtree, assumed={
+        "budgets": small, "rule": f"DFLASH chain of min(b, {depth}) drafts at per-position acceptance {a:.4f} "
+                                  f"(from dflash tau {table['dflash']})"})
+
+
 def config_key(spec: str):
     """``dflash+fa3`` -> ("dflash", None); ``ddtree:16:8+fa3`` -> ("ddtree", 16); ``ddtree:auto:8`` ->
     ("ddtree", "auto")."""

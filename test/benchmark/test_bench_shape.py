@@ -181,7 +181,7 @@ def test_report_records_how_it_ran(run):
     assert rep["settings"]["fake_engine"] is True and rep["settings"]["engine"]["load_format"] == "dummy"
     assert rep["settings"]["engine"]["cuda_graph_max_bs_decode"] == 4
     assert rep["settings"]["baselines"] == ["dflash+fa3", "plain"] and rep["errors"] == {}
-    assert rep["accept_table"] == bench_shape.PAPER_ACCEPT
+    assert rep["accept_table"] == shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS)
     assert "bench_shape.py" in rep["command"] and "--profile-concurrency 4" in rep["command"]
     assert "python" in rep["environment"] and "torch" in rep["environment"]
 
@@ -272,7 +272,11 @@ def _window(c: int, generates=((8, 4), (32, 16))) -> dict:
     return out
 
 
-def _fake_auto_tau(c: int, table=bench_shape.PAPER_ACCEPT) -> float:
+# What a run with an auto config projects from: the paper's table plus the stated small-budget assumption.
+EXTENDED = shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS)
+
+
+def _fake_auto_tau(c: int, table=EXTENDED) -> float:
     w = _window(c)
     return sum(n * (1.0 if b == 0 else bench_shape.tau_for_budget(table["ddtree"], b)[0]) for b, n in w.items()) \
         / sum(w.values())
@@ -299,8 +303,8 @@ def test_auto_projection_is_the_mean_of_tau_over_rounds_not_tau_at_the_mean_budg
     _, rep, _ = run
     for c in (1, 4):
         m = rep["results"]["qwen3-8b"][AUTO][str(c)]
-        at_mean = bench_shape.tau_for_budget(bench_shape.PAPER_ACCEPT["ddtree"], m["budget_mean"])[0]
-        assert abs(_fake_auto_tau(c) - at_mean) > 2.0  # the fake's mix makes the two far apart
+        at_mean = bench_shape.tau_for_budget(EXTENDED["ddtree"], m["budget_mean"])[0]
+        assert abs(_fake_auto_tau(c) - at_mean) > 1.0  # the fake's mix makes the two far apart
         assert m["tau"] == pytest.approx(_fake_auto_tau(c), abs=1e-3)
         assert m["tau_per_repetition"] == [pytest.approx(_fake_auto_tau(c), abs=1e-9)] * 3
         assert m["projected_tokens_per_s"] == pytest.approx(c * m["tau"] / m["round_ms_median"] * 1000, rel=1e-3)
@@ -311,7 +315,7 @@ def test_auto_projection_is_the_mean_of_tau_over_rounds_not_tau_at_the_mean_budg
 
 def test_auto_engine_gets_the_projection_table(run):
     _, rep, _ = run
-    want = json.dumps({b: t for b, t in sorted(bench_shape.PAPER_ACCEPT["ddtree"].items(), key=lambda x: int(x[0]))})
+    want = json.dumps({b: t for b, t in sorted(EXTENDED["ddtree"].items(), key=lambda x: int(x[0]))})
     for shape in SHAPES:
         engines = rep["engines"][shape]
         assert engines[AUTO]["accept_table_env_seen"] == want == engines[AUTO]["env"][bench_shape.ACCEPT_TABLE_ENV]
@@ -339,14 +343,17 @@ def test_auto_with_an_own_accept_table(tmp_path):
     m = rep["results"]["qwen3-8b"][AUTO]["4"]
     w = _window(4)  # budgets 15 and 0
     assert m["tau"] == pytest.approx((w[15] * 3.0 + w[0] * 1.0) / sum(w.values()), abs=1e-3)
-    assert "warning: ddtree:auto buckets" not in proc.stdout  # this table starts at budget 1
+    assert "lie below the accept table" not in proc.stdout and "assumed" not in rep["accept_table"]  # starts at 1
 
 
-def test_paper_table_warns_about_small_auto_buckets(tmp_path):
-    proc = _cli("--out", str(tmp_path / "x.json"), "--configs", AUTO, "--concurrency", "1", "--repeats", "1",
+def test_paper_table_states_its_assumption_for_small_auto_buckets(tmp_path):
+    out = tmp_path / "x.json"
+    proc = _cli("--out", str(out), "--configs", AUTO, "--concurrency", "1", "--repeats", "1",
                 "--new-tokens", "16", "--base-tokens", "8", "--model-dir", str(tmp_path / "models"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "warning: ddtree:auto buckets [1, 3, 7, 15] lie below the accept table's smallest budget 16" in proc.stdout
+    assert "ddtree:auto buckets [1, 3, 7, 15] lie below the accept table: assumed DFLASH chain" in proc.stdout
+    table = json.loads(out.read_text())["accept_table"]
+    assert table["assumed"]["budgets"] == [1, 3, 7, 15] and table["ddtree"]["15"] == pytest.approx(7.79, abs=1e-3)
 
 
 def test_auto_fake_refuses_to_start_without_the_table(tmp_path):
@@ -407,3 +414,26 @@ def test_count_diff():
     assert shape_budgets.count_diff({0: 5, 63: 9}, {0: 5, 63: 2}) == {63: 7}
     with pytest.raises(AssertionError):
         shape_budgets.count_diff({63: 1}, {63: 2})
+
+
+def test_small_auto_buckets_get_the_dflash_chain_assumption():
+    """Below the paper's smallest budget (16) auto's buckets take DFLASH's chain acceptance, stated in the table
+    (``assumed``) and read the same way by the policy (TableAcceptModel) and the projection."""
+    from shape_projection import PAPER_ACCEPT, chain_rate, tau_for_budget, with_small_budgets
+
+    from sglang_ddtree.width_policy import TableAcceptModel
+
+    a = chain_rate(7.79, 15)
+    assert sum(a ** i for i in range(16)) == pytest.approx(7.79, abs=1e-9)
+    t = with_small_budgets(PAPER_ACCEPT, (0, 1, 3, 7, 15, 31, 63))
+    assert t["assumed"]["budgets"] == [1, 3, 7, 15] and PAPER_ACCEPT["ddtree"].keys() == {
+        "16", "32", "64", "128", "256", "512", "1024"}  # the paper's table itself unchanged
+    taus = [tau_for_budget(t["ddtree"], b)[0] for b in (1, 3, 7, 15, 16, 31, 63)]
+    assert taus == sorted(taus) and taus[0] == pytest.approx(1 + a) and taus[3] == pytest.approx(7.79, abs=1e-3)
+    assert all(tau <= b + 1 for tau, b in zip(taus, (1, 3, 7, 15)))  # a budget-b tree commits at most b + 1
+    policy_table = TableAcceptModel({int(b): v for b, v in t["ddtree"].items()})
+    for b in (1, 3, 7, 15, 31, 63):
+        assert policy_table.tokens_per_request(b) == pytest.approx(tau_for_budget(t["ddtree"], b)[0])
+    assert with_small_budgets(t, (1, 3)) is t  # nothing below the (extended) table: unchanged
+    with pytest.raises(ValueError):
+        chain_rate(20.0, 15)
