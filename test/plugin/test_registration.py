@@ -74,7 +74,8 @@ def test_launch_server_help_lists_the_flags():
     help_text = " ".join(proc.stdout.split())
     assert "--speculative-ddtree-budget SPECULATIVE_DDTREE_BUDGET" in help_text
     assert "--speculative-ddtree-topk SPECULATIVE_DDTREE_TOPK" in help_text
-    assert "Range [1, 1024]; default 64." in help_text
+    assert "Range [1, 1024], or 'auto': every round picks the budget (0 = no drafting" in help_text
+    assert "default 64." in help_text
 
 
 def test_predicates_answer_like_dflash_for_drafting(sglang_with_plugin):
