@@ -1,0 +1,41 @@
+"""Adapter of the SGLang 0.5.16 family (0.5.16): the baseline the rest of the package is written against.
+
+Runners read their widths from their own ``server_args``; the hooked upstream functions take the
+``server_args`` they size for; ``ServerArgs.override`` is the sanctioned write to a resolved copy. Later
+families subclass ``Adapter`` and override only what their releases changed (``compat.release``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+
+class Adapter:
+    family = "0.5.16"
+    # Whether upstream's backends, graph runners and the scheduler's reporters read the speculative widths
+    # from the process-wide ``get_spec()`` namespace (published from the target's server args) instead of
+    # the server_args object they were given.
+    reads_spec_process_wide = False
+
+    def __init__(self, version: str):
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"<sglang_ddtree.compat adapter {self.family} for sglang {self.version}>"
+
+    # ---- hooks (worker.hooks writes every hook against 0.5.16's signatures) ----------------------------
+    def adapt_hook(self, target: str, hook: Callable) -> Callable:
+        """``hook`` (an AROUND hook written for 0.5.16's signature of ``target``) as this release must
+        receive it."""
+        return hook
+
+    # ---- server args ---------------------------------------------------------------------------------
+    def write_fields(self, server_args, source: str, fields: Dict[str, object]) -> None:
+        """Set ``fields`` on a resolved copy of the server args (the drafter's view, ``worker.draft_view``);
+        a plain object (CPU tests) gets plain attributes."""
+        override = getattr(server_args, "override", None)
+        if override is not None:
+            override(source, **fields)
+        else:
+            for name, value in fields.items():
+                setattr(server_args, name, value)

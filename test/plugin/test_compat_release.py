@@ -1,0 +1,104 @@
+"""The version layer (``sglang_ddtree.compat.release`` and the adapters): every supported release has a
+family, the installed release gets its family's adapter, and each adapter turns the hooks written against
+0.5.16's signatures into what its release calls."""
+
+import types
+from importlib.metadata import version
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from sglang_ddtree import compat
+from sglang_ddtree.compat import sglang_0_5_16, sglang_0_5_17, sglang_0_5_18
+from sglang_ddtree.version import SUPPORT_MATRIX, SUPPORTED_SGLANG_MIN, SUPPORTED_SGLANG_SPEC
+
+
+def test_every_supported_release_has_a_family_and_a_row():
+    assert SUPPORTED_SGLANG_MIN in SUPPORT_MATRIX
+    for release in SUPPORT_MATRIX:
+        assert release in SpecifierSet(SUPPORTED_SGLANG_SPEC), release
+        assert compat.adapter_for(release).family == compat.family_of(release).first
+    assert [f.first for f in compat.FAMILIES] == sorted((f.first for f in compat.FAMILIES), key=lambda v: tuple(
+        map(int, v.split("."))))
+    with pytest.raises(ValueError, match="older than the oldest release family"):
+        compat.family_of("0.5.15")
+
+
+@pytest.mark.parametrize("release, family", [("0.5.16", "0.5.16"), ("0.5.17", "0.5.17"), ("0.5.18", "0.5.18"),
+                                             ("0.5.18.post1", "0.5.18")])
+def test_a_release_belongs_to_the_last_family_not_newer(release, family):
+    assert compat.family_of(release).first == family
+
+
+def test_the_installed_release_gets_its_familys_adapter():
+    installed = version("sglang")
+    assert compat.adapter().version == installed
+    assert compat.adapter().family == compat.family_of(installed).first
+
+
+def test_process_wide_widths_from_0_5_17():
+    assert not sglang_0_5_16.Adapter("0.5.16").reads_spec_process_wide
+    assert sglang_0_5_17.Adapter("0.5.17").reads_spec_process_wide
+    assert sglang_0_5_18.Adapter("0.5.18").reads_spec_process_wide
+
+
+def _hook_0516(original, spec_algorithm, server_args, custom_mask, num_tokens_per_req, is_draft_worker):
+    """A 0.5.16-signature hook: passes through, tagging what it saw."""
+    out = original(spec_algorithm, server_args, custom_mask, num_tokens_per_req, is_draft_worker)
+    return ("hooked", server_args, out)
+
+
+def test_0_5_16_hooks_are_registered_as_written():
+    a = sglang_0_5_16.Adapter("0.5.16")
+    assert a.adapt_hook(sglang_0_5_18._DUMMY, _hook_0516) is _hook_0516
+
+
+def test_0_5_18_dummy_hook_gets_the_published_server_args(monkeypatch):
+    published = types.SimpleNamespace(speculative_algorithm="DDTREE")
+    monkeypatch.setattr(sglang_0_5_18, "_published_server_args", lambda: published)
+    adapted = sglang_0_5_18.Adapter("0.5.18").adapt_hook(sglang_0_5_18._DUMMY, _hook_0516)
+    calls = []
+
+    def original_0518(spec_algorithm, custom_mask, num_tokens_per_req, is_draft_worker):
+        calls.append((spec_algorithm, custom_mask, num_tokens_per_req, is_draft_worker))
+        return "dummy"
+
+    assert adapted(original_0518, "algo", "mask", 65, False) == ("hooked", published, "dummy")
+    assert calls == [("algo", "mask", 65, False)]
+
+
+@pytest.mark.parametrize("target", [sglang_0_5_18._ALLOC_LEN, sglang_0_5_18._EXTRA_CTX])
+def test_0_5_18_sizing_hooks_get_the_published_server_args(monkeypatch, target):
+    published = types.SimpleNamespace(name="published")
+    monkeypatch.setattr(sglang_0_5_18, "_published_server_args", lambda: published)
+
+    def hook_0516(original, server_args):
+        return original(server_args) + 1, server_args
+
+    adapted = sglang_0_5_18.Adapter("0.5.18").adapt_hook(target, hook_0516)
+    assert adapted(lambda: 10) == (11, published)  # upstream's 0.5.18 function takes no arguments
+
+
+def test_0_5_18_leaves_other_hooks_alone():
+    a = sglang_0_5_18.Adapter("0.5.18")
+    assert a.adapt_hook("sglang.srt.speculative.dflash_utils.validate_dflash_request", _hook_0516) is _hook_0516
+
+
+def test_write_fields_on_a_plain_object():
+    view = types.SimpleNamespace(speculative_num_draft_tokens=65, speculative_eagle_topk=8)
+    compat.adapter().write_fields(view, "test", {"speculative_num_draft_tokens": 16, "speculative_eagle_topk": 1})
+    assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk) == (16, 1)
+
+
+def test_draft_view_of_a_resolved_upstream_server_args():
+    """A resolved (read-only from 0.5.17) upstream ServerArgs: the drafter's copy gets its widths through the
+    adapter, the original keeps the target's."""
+    from sglang.srt.runtime_context import get_context
+
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker.draft_view import draft_server_args_view
+
+    with get_context().override_server_args() as published:
+        view = draft_server_args_view(published, DDTreeConfig(15, 4, 8))
+        assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk) == (8, 1)
+        assert (published.speculative_num_draft_tokens, published.speculative_eagle_topk) == (None, None)
