@@ -3,7 +3,7 @@
     python scripts/check_upstream.py 0.5.16 0.5.17 [...] [--out FILE] [--cache DIR]
 
 For each release: fetch its wheel (``pip download --no-deps``; the sdist when there is none), unpack
-its ``.py`` files to a temp dir and read every ``compat.symbols()`` entry from the source with ``ast``
+its ``.py`` files to a temp dir and read every ``compat.symbols_for(release)`` entry from the source with ``ast``
 (no import: a release needs its own torch). Statuses: ok | moved (not at its path, but a def / class
 of that name is elsewhere; for an attribute, a top-level def of that name or another class of the
 owner's module has it) | missing | signature-changed (a PARAMS entry: a keyword name that is no
@@ -21,8 +21,8 @@ entries.
 Instead runs the CPU suite of HEAD (``git archive``, so not the work tree's edits; ``--commit REV``) against the release:
 a venv under /tmp holding that sglang wheel and our wheel (``--no-deps``), over a hard-linked copy of
 the base venv's site-packages (``--base-venv``, default .venv, only read) for torch, transformers and
-the rest. The snapshot's ``version.py`` range is raised past the release (unless --keep-version-gate),
-so the suite shows what breaks beyond the gate. The result records the release's pins (torch,
+the rest. The snapshot's ``version.py`` range is raised past a release outside it (unless --keep-version-gate),
+so the suite shows what breaks beyond the gate; a supported release runs the snapshot as it is. The result records the release's pins (torch,
 transformers, ...) against what that environment has: a mismatch is a caveat of the run, stated there.
 It counts pass / fail / error from pytest's closing line and groups each failure (junit XML) by cause:
 ``CAUSES`` below, else by its root error line. ``--reclassify FILE`` re-groups a written result.
@@ -664,6 +664,7 @@ def scan_release(version: str, cache: str, symbols: Sequence, workdir: str,
     """(report of one release, the root of its unpacked source under ``workdir``)."""
     archive = fetch_release(version, cache)
     root, metadata = unpack(archive, os.path.join(workdir, version))
+    symbols = [sym for sym in symbols if compat.applies(sym, version)]  # another family's entries: not expected
     results = analyse(root, symbols, baseline_root, packages=["sglang"])
     return {"archive": os.path.basename(archive), "pins": read_pins(metadata), "counts": counts(results),
             "symbols": results}, root
@@ -822,9 +823,14 @@ def classify(failures: Sequence[dict], causes: Sequence[Tuple[str, str, str]] = 
 
 def lift_version_gate(version_py: str, version: str) -> str:
     """``version.py``'s text with SUPPORTED_SGLANG_MAX_EXCLUSIVE raised just past ``version`` (the next
-    patch release: 0.5.17.post1 -> 0.5.18), so that the plugin loads on that release and the suite shows what breaks past the gate."""
+    patch release: 0.5.17.post1 -> 0.5.18), so that the plugin loads on that release and the suite shows what
+    breaks past the gate; unchanged when ``version`` is already inside the range (a supported release)."""
     from packaging.version import Version
 
+    current = re.search(r'^SUPPORTED_SGLANG_MAX_EXCLUSIVE = "([^"]+)"', version_py, re.M)
+    assert current, "version.py has no SUPPORTED_SGLANG_MAX_EXCLUSIVE line"
+    if Version(version) < Version(current.group(1)):
+        return version_py
     release = list(Version(version).release) + [0] * 3
     nxt = f"{release[0]}.{release[1]}.{release[2] + 1}"
     new, n = re.subn(r'^SUPPORTED_SGLANG_MAX_EXCLUSIVE = "[^"]+"', f'SUPPORTED_SGLANG_MAX_EXCLUSIVE = "{nxt}"',
