@@ -102,3 +102,43 @@ def test_draft_view_of_a_resolved_upstream_server_args():
         view = draft_server_args_view(published, DDTreeConfig(15, 4, 8))
         assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk) == (8, 1)
         assert (published.speculative_num_draft_tokens, published.speculative_eagle_topk) == (None, None)
+
+
+def test_drafter_widths_scope_the_process_wide_spec_namespace():
+    """From 0.5.17 the drafter's widths are scoped on ``get_spec()`` (the target's restored after); before,
+    the draft runner reads its own copy of the server args and the scope changes nothing."""
+    import contextlib
+
+    from sglang.srt.runtime_context import get_context
+
+    from sglang_ddtree.config import DDTreeConfig
+
+    a, config = compat.adapter(), DDTreeConfig(15, 4, 8)
+    if not a.reads_spec_process_wide:
+        assert isinstance(a.drafter_widths(config), contextlib.nullcontext)
+        return
+    from sglang.srt.runtime_context import get_spec
+
+    with get_context().override_server_args(speculative_num_draft_tokens=16, speculative_eagle_topk=4):
+        with a.drafter_widths(config):
+            assert (get_spec().speculative_num_draft_tokens, get_spec().speculative_eagle_topk) == (8, 1)
+        assert (get_spec().speculative_num_draft_tokens, get_spec().speculative_eagle_topk) == (16, 4)
+
+
+def test_init_dflash_worker_runs_in_the_drafters_widths(monkeypatch):
+    a, seen = compat.adapter(), []
+    monkeypatch.setattr(type(a), "drafter_widths", lambda self, config: _Recorder(seen, config))
+    a.init_dflash_worker(lambda *args: seen.append(("init", args)), "view", "cfg", 0, "ps", 1234, "tw")
+    assert seen[0] == ("enter", "cfg") and seen[-1] == ("exit", "cfg")
+    assert seen[1][0] == "init" and seen[1][1][0] == "view" and seen[1][1][-1] == "tw"
+
+
+class _Recorder:
+    def __init__(self, seen, config):
+        self.seen, self.config = seen, config
+
+    def __enter__(self):
+        self.seen.append(("enter", self.config))
+
+    def __exit__(self, *exc):
+        self.seen.append(("exit", self.config))

@@ -162,6 +162,11 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol("sglang.srt.arg_groups.speculative_hook._handle_dflash", "drafter block size / draft backend"),
     Symbol("sglang.srt.arg_groups.overrides.resolved_view", "reading resolved attention backends / dp attention"),
     Symbol("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
+    Symbol("sglang.srt.runtime_context.get_spec", "compat adapter 0.5.17: the drafter's widths, scoped", ATTR,
+           ">=0.5.17"),
+    *_on("sglang.srt.runtime_context._ConfigBag", MEMBER, ">=0.5.17",
+         override="compat adapter 0.5.17: get_spec().override(...), the drafter's scoped widths"),
+    Symbol("sglang.srt.runtime_context.get_context", "tests publish stand-in server args (override_server_args)"),
     Symbol("sglang.srt.runtime_context.get_server_args", "per-request checks, KV reserve, tree-sampling thresholds, fa3_tree (is this a DDTREE server)"),
     # ---- sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2: base of DDTreeWorker -------------------
     Symbol(_WORKER, "base class of the DDTREE worker"),

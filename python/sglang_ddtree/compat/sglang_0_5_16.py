@@ -7,6 +7,7 @@ families subclass ``Adapter`` and override only what their releases changed (``c
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Dict
 
 
@@ -39,3 +40,16 @@ class Adapter:
         else:
             for name, value in fields.items():
                 setattr(server_args, name, value)
+
+    # ---- the drafter (worker.worker) -----------------------------------------------------------------
+    def init_dflash_worker(self, init: Callable, draft_server_args, config, gpu_id, ps, nccl_port, target_worker):
+        """``DFlashWorkerV2.__init__`` (``init``, bound) with the drafter's view of the server args and the
+        drafter's widths in force (``drafter_widths``)."""
+        with self.drafter_widths(config):
+            init(draft_server_args, gpu_id, ps, nccl_port, target_worker)
+
+    def drafter_widths(self, config):
+        """A scope in which upstream code reading the speculative widths sees the drafter's (block size L,
+        topk 1) instead of the target's (budget + 1, topk K). Here the draft runner reads its own copy of the
+        server args (``worker.draft_view``): nothing to do."""
+        return contextlib.nullcontext()

@@ -33,6 +33,7 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, Forw
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
@@ -57,7 +58,8 @@ class DDTreeWorker(DFlashWorkerV2):
         if mambaish_config(target_worker.model_runner.model_config) is not None:
             raise ValueError("--speculative-algorithm DDTREE does not support hybrid Mamba/GDN targets yet.")
         self.config = config
-        super().__init__(draft_server_args_view(server_args, config), gpu_id, ps, nccl_port, target_worker)
+        adapter().init_dflash_worker(super().__init__, draft_server_args_view(server_args, config), config,
+                                     gpu_id, ps, nccl_port, target_worker)
         self.server_args = server_args
         if self.use_compact_draft_cache:
             raise ValueError("--speculative-draft-window-size is not supported with DDTREE yet.")
@@ -227,7 +229,7 @@ class DDTreeWorker(DFlashWorkerV2):
             spec_info=self._draft_block_spec_info,
             capture_hidden_mode=CaptureHiddenMode.NULL,
         )
-        with torch.inference_mode():
+        with torch.inference_mode(), adapter().drafter_widths(self.config):
             draft_out = self.draft_model_runner.forward(forward_batch)
         if self._draft_sampler is not None and draft_out.can_run_graph:
             return self._draft_sampler.read(bs)
