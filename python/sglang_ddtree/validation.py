@@ -183,6 +183,7 @@ def _check_unsupported_features(server_args) -> None:
             f"--speculative-algorithm DDTREE does not support PD disaggregation yet, got "
             f"--disaggregation-mode {mode}."
         )
+    _check_release_features()
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):
         arch = (getattr(hf_config, "architectures", None) or ["?"])[0]
@@ -190,6 +191,18 @@ def _check_unsupported_features(server_args) -> None:
             f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) "
             f"targets yet; the target architecture is {arch}. Use DFLASH for this model for now."
         )
+
+
+def _check_release_features() -> None:
+    """Features the installed SGLang release cannot carry (``compat`` adapter's ``refused_features``)."""
+    from sglang_ddtree.compat import adapter
+    from sglang_ddtree.worker import fa3_tree
+
+    why = adapter().refused_features().get(fa3_tree.ENV)
+    if why is not None and fa3_tree.enabled():
+        raise DDTreeArgumentError(
+            f"{fa3_tree.ENV}=1 is not supported with --speculative-algorithm DDTREE on sglang {adapter().version}: "
+            f"{why}; unset it (fa3 then verifies trees with upstream's cascade).")
 
 
 # Config keys that only hybrid linear-attention (Mamba / GDN) models carry.
@@ -210,7 +223,9 @@ def is_hybrid_linear_attention(hf_config) -> bool:
 def _target_hf_config(server_args):
     """The target's HF config, as upstream already loaded it (None if it could not be read)."""
     try:
-        return server_args.get_model_config().hf_config
+        from sglang_ddtree.compat import adapter
+
+        return adapter().target_model_config(server_args).hf_config
     except Exception as e:  # a model path upstream could not read fails later with its own error
         logger.debug("DDTREE: could not read the target config for validation: %s", e)
         return None

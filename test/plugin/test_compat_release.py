@@ -25,7 +25,7 @@ def test_every_supported_release_has_a_family_and_a_row():
 
 
 @pytest.mark.parametrize("release, family", [("0.5.16", "0.5.16"), ("0.5.17", "0.5.17"), ("0.5.18", "0.5.18"),
-                                             ("0.5.18.post1", "0.5.18")])
+                                             ("0.5.18.post1", "0.5.18"), ("0.5.19", "0.5.19"), ("0.5.23", "0.5.19")])
 def test_a_release_belongs_to_the_last_family_not_newer(release, family):
     assert compat.family_of(release).first == family
 
@@ -142,3 +142,36 @@ class _Recorder:
 
     def __exit__(self, *exc):
         self.seen.append(("exit", self.config))
+
+
+def test_kv_lengths_by_release():
+    req = types.SimpleNamespace(kv_committed_len=5, kv=types.SimpleNamespace(kv_committed_len=7))
+    old, new = compat.adapter_for("0.5.18"), compat.adapter_for("0.5.19")
+    assert (old.committed_len(req), new.committed_len(req)) == (5, 7)
+    info = types.SimpleNamespace()
+    old.record_reserved_lens(info, "cpu", 12)
+    assert vars(info) == {"reserved_seq_lens_cpu": "cpu", "reserved_seq_lens_sum": 12}
+    assert old.reserved_lens_cpu(info) == "cpu"
+    info = types.SimpleNamespace()
+    new.record_reserved_lens(info, "cpu", 12)
+    assert vars(info) == {"nxt_kv_lens_cpu": "cpu", "nxt_kv_lens_sum": 12}
+    assert new.reserved_lens_cpu(info) == "cpu"
+
+
+@pytest.mark.parametrize("release, env, refused", [("0.5.19", "1", True), ("0.5.19", "0", False),
+                                                   ("0.5.18", "1", False)])
+def test_fa3_tree_attention_is_refused_where_the_release_cannot_carry_it(monkeypatch, release, env, refused):
+    from sglang_ddtree import validation
+    from sglang_ddtree.config import DDTreeArgumentError
+    from sglang_ddtree.worker import fa3_tree
+
+    monkeypatch.setenv(fa3_tree.ENV, env)
+    monkeypatch.setattr(compat, "adapter", lambda: compat.adapter_for(release))
+    if not refused:
+        validation._check_release_features()
+        return
+    with pytest.raises(DDTreeArgumentError) as e:
+        validation._check_release_features()
+    assert str(e.value).startswith(f"{fa3_tree.ENV}=1 is not supported with --speculative-algorithm DDTREE on "
+                                   "sglang 0.5.19: FlashAttentionBackend._apply_cuda_graph_metadata changed")
+    assert "unset it" in str(e.value) and "\n" not in str(e.value)

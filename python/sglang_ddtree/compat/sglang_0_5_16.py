@@ -53,3 +53,32 @@ class Adapter:
         topk 1) instead of the target's (budget + 1, topk K). Here the draft runner reads its own copy of the
         server args (``worker.draft_view``): nothing to do."""
         return contextlib.nullcontext()
+
+    # ---- KV lengths (worker.info, worker.worker) ------------------------------------------------------
+    def committed_len(self, req) -> int:
+        """Tokens of ``req`` (an upstream ``Req``) whose KV is committed."""
+        return int(req.kv_committed_len)
+
+    def record_reserved_lens(self, draft_input, lens_cpu, lens_sum: int) -> None:
+        """Store the round's reserved KV lengths (host ``[bs]`` int64 and their sum) on the draft input, where
+        upstream's scheduler reads them."""
+        draft_input.reserved_seq_lens_cpu = lens_cpu
+        draft_input.reserved_seq_lens_sum = lens_sum
+
+    def reserved_lens_cpu(self, draft_input):
+        """The host reserved lengths ``record_reserved_lens`` stored (None before the first decode)."""
+        return draft_input.reserved_seq_lens_cpu
+
+    # ---- the scheduler's objects (worker.metrics, validation) -----------------------------------------
+    def result_processor_server_args(self, processor):
+        """The server args a ``SchedulerBatchResultProcessor`` serves."""
+        return processor.server_args
+
+    def target_model_config(self, server_args):
+        """Upstream's ``ModelConfig`` of the target (raises where upstream cannot read it)."""
+        return server_args.get_model_config()
+
+    # ---- features a release cannot carry ----------------------------------------------------------------
+    def refused_features(self) -> Dict[str, str]:
+        """{switch: why this release cannot honour it} for DDTREE features (validation refuses a set one)."""
+        return {}

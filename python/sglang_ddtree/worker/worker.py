@@ -259,8 +259,8 @@ class DDTreeWorker(DFlashWorkerV2):
         lag = len(batch.seq_lens) * self.config.accept_width
         if batch.seq_lens_cpu is not None:
             committed = batch.seq_lens_cpu.to(torch.int64)
-        elif draft_input.reserved_seq_lens_cpu is not None:  # >= committed + reserve: already a bound
-            bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)
+        elif adapter().reserved_lens_cpu(draft_input) is not None:  # >= committed + reserve: already a bound
+            bound = adapter().reserved_lens_cpu(draft_input).to(torch.int64)
             total = int(bound.sum())
             return _HostLens(bound, total, add_extra=False, mask_sum_bound=total)
         else:
