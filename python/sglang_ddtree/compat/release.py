@@ -54,8 +54,10 @@ def adapter_for(version: str):
     return importlib.import_module(f"sglang_ddtree.compat.{family.module}").Adapter(version)
 
 
+@functools.lru_cache(maxsize=None)
 def adapter():
-    """The adapter of the installed SGLang (RuntimeError when none is installed)."""
+    """The adapter of the installed SGLang (RuntimeError when none is installed). Cached: the decode round
+    asks it, and reading the installed version from package metadata costs a directory scan."""
     found = _installed_version()
     if found is None:
         raise RuntimeError("sglang is not installed: no upstream adapter applies")
