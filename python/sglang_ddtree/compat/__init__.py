@@ -426,7 +426,8 @@ def symbols_for(version: Optional[str]) -> List[Symbol]:
     return [sym for sym in symbols() if version is None or applies(sym, version)]
 
 
-def _installed() -> List[Symbol]:
+def installed_symbols() -> List[Symbol]:
+    """The entries the installed SGLang release should have."""
     from sglang_ddtree.compat.release import _installed_version
 
     return symbols_for(_installed_version())
@@ -436,7 +437,7 @@ def unchecked_upstream_symbols() -> List[Tuple[str, str, str]]:
     """(path, purpose, reason) of the installed release's symbols not checked in this environment
     (``OWN_CHECK_PACKAGES``)."""
     out = []
-    for sym in _installed():
+    for sym in installed_symbols():
         reason = _absent_package(sym)
         if reason:
             out.append((sym.path, sym.purpose, reason))
@@ -447,7 +448,7 @@ def missing_upstream_symbols() -> List[Tuple[str, str, str]]:
     """(path, purpose, error) for every symbol of the installed release that does not resolve in this
     environment (symbols of a package that is not installed at all: see ``unchecked_upstream_symbols``)."""
     missing = []
-    for sym in _installed():
+    for sym in installed_symbols():
         if _absent_package(sym):
             continue
         try:
