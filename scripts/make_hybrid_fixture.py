@@ -202,7 +202,6 @@ def write_fixture(root: str, seed: int = 0, sharp: bool = True) -> tuple:
 def _init_sglang_cpu():
     """A 1-process gloo group, default server args, dp-attention state; a stand-in ``vllm._custom_ops``
     (SGLang's non-CUDA RotaryEmbedding imports its kernel at construction; nothing here calls it)."""
-    import dataclasses
     import socket
 
     ops = types.ModuleType("vllm._custom_ops")
@@ -210,22 +209,17 @@ def _init_sglang_cpu():
     sys.modules.setdefault("vllm", types.ModuleType("vllm")).__dict__.setdefault("_custom_ops", ops)
     sys.modules.setdefault("vllm._custom_ops", ops)
     from sglang.srt.distributed import parallel_state as ps
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+    from sglang.srt.runtime_context import get_context
 
+    # Upstream's own default ServerArgs, published process-wide before the model-parallel groups (from 0.5.17
+    # layers read the config namespaces; a partial object lacks their fields).
+    sa = get_context().override_server_args(device="cpu").install()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
     ps.initialize_model_parallel(1)
-    sa = ServerArgs.__new__(ServerArgs)  # defaults only; no validation
-    for f in dataclasses.fields(ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            setattr(sa, f.name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            setattr(sa, f.name, f.default_factory())
-    sa.device = "cpu"
-    set_global_server_args_for_scheduler(sa)
     return sa
 
 

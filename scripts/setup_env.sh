@@ -11,7 +11,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-$ROOT/.venv}
 PYTHON=${PYTHON:-python3}
-SGLANG_SPEC=$(cd "$ROOT/python" && "$PYTHON" -c 'from sglang_ddtree.version import SUPPORTED_SGLANG_SPEC as s; print(s)')
+# The oldest supported release (python/sglang_ddtree/version.py; the one the GPU suite runs on) unless
+# SGLANG_VERSION names another release of the support matrix.
+SGLANG_VERSION=${SGLANG_VERSION:-$(cd "$ROOT/python" && "$PYTHON" -c 'from sglang_ddtree.version import SUPPORTED_SGLANG_MIN as s; print(s)')}
 TORCH_CPU="torch==2.13.0 torchvision==0.28.0 triton==3.7.1"
 TORCH_CUDA="torch==2.14.1 torchvision==0.29.1"
 SHIM=_sglang_ddtree_torchvision_cpu_shim
@@ -74,10 +76,12 @@ if [ ! -f "$stamp" ]; then
   else
     rm -f "$SITE/$SHIM.py" "$SITE/$SHIM.pth"
   fi
-  log "installing sglang$SGLANG_SPEC (--no-deps: it pins CUDA-only packages)"
-  "$PY" -m pip install -q --no-deps "sglang$SGLANG_SPEC"
   rm -f "$VENV"/.ddtree-deps-*
   touch "$stamp"
+fi
+if [ "$("$PY" -c 'from importlib.metadata import version; print(version("sglang"))' 2>/dev/null)" != "$SGLANG_VERSION" ]; then
+  log "installing sglang==$SGLANG_VERSION (--no-deps: it pins CUDA-only packages)"
+  "$PY" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
 fi
 log "building and installing the sglang_ddtree wheel"
 rm -rf "$ROOT/build" "$ROOT/dist"

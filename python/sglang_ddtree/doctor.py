@@ -112,7 +112,24 @@ def check_sglang() -> Check:
     if not sglang_version_supported(found):
         return Check("sglang", "FAIL", f"{found} is outside the supported range {SUPPORTED_SGLANG_SPEC}",
                      f"pip install 'sglang{SUPPORTED_SGLANG_SPEC}', or an sglang-ddtree release for sglang {found}")
-    return Check("sglang", "OK", f"{found} (supported: {SUPPORTED_SGLANG_SPEC})")
+    from sglang_ddtree.compat import adapter
+    from sglang_ddtree.version import SUPPORT_MATRIX
+
+    row = SUPPORT_MATRIX.get(found)
+    if row is None:  # inside the range but not a release the matrix lists (a .post release, a dev build)
+        return Check("sglang", "WARN", f"{found} is inside {SUPPORTED_SGLANG_SPEC} but not in the support matrix "
+                     f"({', '.join(SUPPORT_MATRIX)}); adapter {adapter().family}",
+                     f"prefer a listed release: pip install 'sglang=={max(SUPPORT_MATRIX, key=_release_key)}'",
+                     required=False)
+    return Check("sglang", "OK", f"{found} (supported: {SUPPORTED_SGLANG_SPEC}; {row.status}; pins torch "
+                 f"{row.torch}, sglang-kernel {row.sglang_kernel}, flashinfer {row.flashinfer}; adapter "
+                 f"{adapter().family})")
+
+
+def _release_key(version: str):
+    from packaging.version import Version
+
+    return Version(version)
 
 
 def check_torch() -> Check:
@@ -235,11 +252,11 @@ def _hybrid_note() -> str:
 
 
 def check_upstream_symbols() -> Check:
-    from sglang_ddtree.compat import UPSTREAM_SYMBOLS, missing_upstream_symbols, unchecked_upstream_symbols
+    from sglang_ddtree.compat import installed_symbols, missing_upstream_symbols, unchecked_upstream_symbols
 
     missing = missing_upstream_symbols()
     unchecked = unchecked_upstream_symbols()
-    checked = len(UPSTREAM_SYMBOLS) - len(unchecked)
+    checked = len(installed_symbols()) - len(unchecked)  # the installed release's entries
     # Symbols of a package that is absent (sgl_kernel) are left to that package's own check.
     skipped = f"; {len(unchecked)} not checked: {'; '.join(sorted({r for *_, r in unchecked}))}" if unchecked else ""
     if missing:

@@ -72,6 +72,16 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     server_args.speculative_ddtree_topk = topk
 
     _check_platform_and_parallelism(server_args)
+    if requested == AUTO:
+        from sglang_ddtree.compat import adapter
+
+        family = adapter().family
+        if family != "0.5.16":
+            raise DDTreeArgumentError(
+                f"{BUDGET_FLAG} {AUTO} needs SGLang 0.5.16 for now (its per-width verify backends read the width "
+                f"from the server args; from 0.5.17 backends read the process-wide get_spec()), installed family "
+                f"{family}; use a fixed budget."
+            )
     if requested == AUTO and server_args.tp_size > 1:
         raise DDTreeArgumentError(
             f"{BUDGET_FLAG} {AUTO} is not supported with --tp-size > 1 yet (every rank would time its own rounds "
@@ -231,9 +241,22 @@ def _check_unsupported_features(server_args) -> None:
             f"--speculative-algorithm DDTREE does not support PD disaggregation yet, got "
             f"--disaggregation-mode {mode}."
         )
+    _check_release_features()
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):
         refuse_unless_enabled((getattr(hf_config, "architectures", None) or ["?"])[0])
+
+
+def _check_release_features() -> None:
+    """Features the installed SGLang release cannot carry (``compat`` adapter's ``refused_features``)."""
+    from sglang_ddtree.compat import adapter
+    from sglang_ddtree.worker import fa3_tree
+
+    why = adapter().refused_features().get(fa3_tree.ENV)
+    if why is not None and fa3_tree.enabled():
+        raise DDTreeArgumentError(
+            f"{fa3_tree.ENV}=1 is not supported with --speculative-algorithm DDTREE on sglang {adapter().version}: "
+            f"{why}; unset it (fa3 then verifies trees with upstream's cascade).")
 
 
 # Config keys that only hybrid linear-attention (Mamba / GDN) models carry.
@@ -254,7 +277,9 @@ def is_hybrid_linear_attention(hf_config) -> bool:
 def _target_hf_config(server_args):
     """The target's HF config, as upstream already loaded it (None if it could not be read)."""
     try:
-        return server_args.get_model_config().hf_config
+        from sglang_ddtree.compat import adapter
+
+        return adapter().target_model_config(server_args).hf_config
     except Exception as e:  # a model path upstream could not read fails later with its own error
         logger.debug("DDTREE: could not read the target config for validation: %s", e)
         return None

@@ -276,7 +276,7 @@ def test_main_on_a_cached_wheel(tmp_path, capsys):
     report = json.loads(out.read_text())
     rel = report["releases"]["9.9.9"]
     assert rc == 1 and rel["pins"] == {"torch": "==3.0"}  # the fake release lacks compat's symbols
-    assert sum(rel["counts"].values()) == len(compat.symbols()) == report["symbols"]
+    assert sum(rel["counts"].values()) == len(compat.symbols_for("9.9.9")) < len(compat.symbols()) == report["symbols"]
     assert rel["counts"]["missing"] > 0 and "9.9.9  [torch ==3.0]" in capsys.readouterr().out
     assert len(out.read_text().splitlines()) > len(compat.symbols())
 
@@ -290,7 +290,9 @@ def _installed_sglang_root():
 def test_installed_sglang_reads_all_ok():
     """The pinned SGLang's own source, read statically: every entry that lives in the sglang package is ok
     (the runtime check, test_compat_scan, says the same by importing it)."""
-    results = cu.analyse(_installed_sglang_root(), compat.symbols(), packages=["sglang"])
+    from importlib.metadata import version
+
+    results = cu.analyse(_installed_sglang_root(), compat.symbols_for(version("sglang")), packages=["sglang"])
     bad = [f"{r['path']} [{r['kind']}]: {r['status']} {r.get('detail', '')}" for r in results
            if r["status"] != ("ok" if r["path"].startswith("sglang.") else "not-checked")]
     assert not bad, "\n".join(bad)
@@ -368,10 +370,11 @@ def _max_exclusive():
 
 def test_version_gate_lifted_in_the_snapshot():
     text = open(os.path.join(ROOT, "python", "sglang_ddtree", "version.py")).read()
-    lifted = cu.lift_version_gate(text, "0.5.23")
-    assert 'SUPPORTED_SGLANG_MAX_EXCLUSIVE = "0.5.24"' in lifted
-    assert lifted.replace('"0.5.24"', "X") == text.replace(f'"{_max_exclusive()}"', "X")  # nothing else changes
-    assert 'MAX_EXCLUSIVE = "0.5.18"' in cu.lift_version_gate(text, "0.5.17.post1")
+    lifted = cu.lift_version_gate(text, "0.9.0")
+    assert 'SUPPORTED_SGLANG_MAX_EXCLUSIVE = "0.9.1"' in lifted
+    assert lifted.replace('"0.9.1"', "X") == text.replace(f'"{_max_exclusive()}"', "X")  # nothing else changes
+    assert 'MAX_EXCLUSIVE = "0.6.1"' in cu.lift_version_gate(text, "0.6.0.post1")
+    assert cu.lift_version_gate(text, "0.5.17.post1") == text  # a supported release: nothing to lift
 
 
 def test_requirements_against_what_is_installed():

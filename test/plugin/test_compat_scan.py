@@ -1,6 +1,7 @@
 """``sglang_ddtree.compat`` lists every upstream name the package touches, and each one resolves.
 
-A static scan of the package's own source (``ast``, nothing imported; ``compat.py`` itself excluded)
+A static scan of the package's own source (``ast``, nothing imported; the list itself, ``compat/__init__.py``,
+and its checker ``compat/resolve.py`` excluded; the release adapters ``compat/sglang_*.py`` included)
 collects the upstream names it uses; every one must be on ``compat.UPSTREAM_SYMBOLS``. What counts:
   imports       ``import sglang.x`` / ``from sglang.x import a`` / ``from sgl_kernel import a``, also
                 inside functions (lazy imports); ``a.<n>`` of such an imported name (enum members,
@@ -296,7 +297,8 @@ def listed_names(symbols=None) -> Set[str]:
 
 def _scan_package():
     sources = _package_sources()
-    sources.pop(os.path.join("sglang_ddtree", "compat.py"))  # the list itself
+    for own in ("__init__.py", "resolve.py"):  # the list itself and its checker
+        sources.pop(os.path.join("sglang_ddtree", "compat", own))
     return scan(sources)
 
 
@@ -349,11 +351,23 @@ def test_the_list_is_well_formed():
         assert sym.purpose.strip(), sym
         assert sym.path.split(".")[0] in UPSTREAM_ROOTS, sym
         assert ("(" in sym.path) == (sym.kind == compat.PARAMS), sym
+    from packaging.specifiers import SpecifierSet
+
+    from sglang_ddtree.version import SUPPORT_MATRIX
+
+    known = list(SUPPORT_MATRIX) + [f.first for f in compat.FAMILIES]
+    for sym in compat.symbols():  # a family's entry names a release the matrix or an adapter has (no dead entries)
+        if sym.releases:
+            assert any(SpecifierSet(sym.releases).contains(r) for r in known), sym
 
 
 # ---- every entry resolves against the installed SGLang ---------------------------------------------
 def _entries(in_sgl_kernel: bool):
-    return [sym for sym in compat.symbols() if (compat.needed_package(sym) == "sgl_kernel") == in_sgl_kernel]
+    """The installed release's entries (``compat.symbols_for``: another family's are not expected here)."""
+    from importlib.metadata import version
+
+    return [sym for sym in compat.symbols_for(version("sglang"))
+            if (compat.needed_package(sym) == "sgl_kernel") == in_sgl_kernel]
 
 
 def _failures(entries):

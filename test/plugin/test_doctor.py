@@ -5,10 +5,12 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
 
 from sglang_ddtree import doctor
+from sglang_ddtree.version import SUPPORT_MATRIX
 
 
 def _doctor(*args):
@@ -44,7 +46,9 @@ def test_plugin_and_sglang_checks_pass_in_the_test_environment(doctor_json):
     _, report = doctor_json
     by_name = {c["name"]: c for c in report["checks"]}
     assert by_name["plugin entry point"]["status"] == "OK"
-    assert by_name["sglang"]["status"] == "OK" and "0.5.16" in by_name["sglang"]["detail"]
+    installed = metadata.version("sglang")
+    assert by_name["sglang"]["status"] == "OK" and by_name["sglang"]["detail"].startswith(f"{installed} (supported: ")
+    assert SUPPORT_MATRIX[installed].status in by_name["sglang"]["detail"]
     assert by_name["upstream symbols"]["status"] == "OK", by_name["upstream symbols"]["detail"]
 
 
@@ -63,11 +67,21 @@ def test_without_a_gpu_the_gpu_check_fails_clearly():
 def test_sglang_outside_the_range_fails_with_the_fix(monkeypatch):
     from sglang_ddtree import plugin
 
-    monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.5.23")
+    monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.9.0")
     check = doctor.check_sglang()
     assert check.status == "FAIL"
-    assert check.detail == "0.5.23 is outside the supported range >=0.5.16,<0.5.17"
-    assert "pip install 'sglang>=0.5.16,<0.5.17'" in check.fix
+    assert check.detail == "0.9.0 is outside the supported range >=0.5.16,<0.5.19"
+    assert "pip install 'sglang>=0.5.16,<0.5.19'" in check.fix
+
+
+def test_a_release_in_the_range_but_not_in_the_matrix_is_a_warning(monkeypatch):
+    from sglang_ddtree import plugin
+
+    monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.5.17.post1")
+    check = doctor.check_sglang()
+    assert check.status == "WARN" and not check.required
+    assert "0.5.17.post1 is inside >=0.5.16,<0.5.19 but not in the support matrix" in check.detail
+    assert check.fix == "prefer a listed release: pip install 'sglang==0.5.18'"
 
 
 def test_missing_upstream_symbol_is_named(monkeypatch):

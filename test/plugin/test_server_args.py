@@ -285,3 +285,15 @@ def test_non_integer_cli_value_is_an_argparse_error(parse, capsys):
     with pytest.raises(SystemExit):
         parse(*DDTREE, "--speculative-ddtree-budget", "many")
     assert "--speculative-ddtree-budget: invalid value 'many': an integer or 'auto'" in capsys.readouterr().err
+
+
+def test_budget_auto_refuses_releases_whose_backends_read_get_spec(engine_args, tiny_configs, monkeypatch):
+    import types
+
+    import sglang_ddtree.compat as compat
+
+    monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.17"))
+    with pytest.raises(ValueError, match=r"--speculative-ddtree-budget auto needs SGLang 0.5.16 for now .* "
+                                         r"installed family 0.5.17; use a fixed budget"):
+        engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                    speculative_ddtree_budget="auto")

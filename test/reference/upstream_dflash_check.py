@@ -8,7 +8,6 @@ the block over [context K/V, block K/V], non-causal, as SGLang's ENCODER_ONLY dr
 Prints one JSON line of results.
 """
 
-import dataclasses
 import json
 import sys
 import tempfile
@@ -52,18 +51,14 @@ def main():
     sys.path.insert(0, sys.argv[1])  # the checkout's python/
     torch.set_num_threads(1)
     from sglang.srt.distributed import parallel_state as ps
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+    from sglang.srt.runtime_context import get_context
 
+    # Upstream's own default ServerArgs, published process-wide (from 0.5.17 layers read the config
+    # namespaces, and the parallel one must exist before the model-parallel groups are made).
+    get_context().override_server_args().install()
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"tcp://127.0.0.1:{sys.argv[2]}")
     ps.initialize_model_parallel(1)
-    sa = ServerArgs.__new__(ServerArgs)  # defaults only; no validation
-    for f in dataclasses.fields(ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            setattr(sa, f.name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            setattr(sa, f.name, f.default_factory())
-    set_global_server_args_for_scheduler(sa)
 
     import sglang.srt.models.dflash as upstream
     from safetensors.torch import load_file

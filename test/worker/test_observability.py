@@ -2,6 +2,7 @@
 real against a fake scheduler) with the depth accept rate, the /metrics export, the per-request meta
 info; and that every hook leaves non-DDTREE algorithms exactly as upstream has them."""
 
+import contextlib
 import logging
 import types
 
@@ -82,10 +83,25 @@ def _upstream_report():
     return SchedulerMetricsReporter.report_decode_stats
 
 
+@contextlib.contextmanager
+def _published(server_args):
+    """The stand-in's speculative widths published process-wide, as the scheduler does (from 0.5.17
+    upstream's reporters read them from ``get_spec()``, not from the scheduler's server_args)."""
+    from sglang.srt.runtime_context import get_context
+
+    with get_context().override_server_args(
+            speculative_algorithm=server_args.speculative_algorithm,
+            speculative_num_draft_tokens=server_args.speculative_num_draft_tokens,
+            speculative_num_steps=server_args.speculative_num_steps,
+            speculative_eagle_topk=server_args.speculative_eagle_topk):
+        yield
+
+
 def _decode_step(reporter, batch_reqs=2):
     reporter.forward_ct_decode += 1
     batch = types.SimpleNamespace(reqs=[object()] * batch_reqs, forward_iter=None)
-    return metrics.report_decode_stats(_upstream_report(), reporter, True, running_batch=batch)
+    with _published(reporter.scheduler.server_args):
+        return metrics.report_decode_stats(_upstream_report(), reporter, True, running_batch=batch)
 
 
 def _decode_lines(caplog):
@@ -281,7 +297,8 @@ def _meta(algo):
     recv = types.SimpleNamespace(spec_verify_ct=[4], spec_num_correct_drafts=[6], completion_tokens=[10],
                                  spec_correct_drafts_histogram=[[1, 1, 0, 2]])
     meta = {}
-    metrics.tokenizer_spec_metrics(TokenizerManager._calculate_spec_decoding_metrics, manager, meta, recv, 0)
+    with _published(manager.server_args):
+        metrics.tokenizer_spec_metrics(TokenizerManager._calculate_spec_decoding_metrics, manager, meta, recv, 0)
     return meta
 
 

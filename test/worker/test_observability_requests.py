@@ -63,7 +63,12 @@ def test_hook_uses_ddtree_checks_for_ddtree(monkeypatch):
 
 
 def test_hook_keeps_upstream_for_dflash(monkeypatch):
-    assert _hook(monkeypatch, "DFLASH", _req(return_logprob=True)).startswith("DFLASH ")
+    from sglang.srt.speculative.dflash_utils import validate_dflash_request
+
+    # Upstream's own answer, whatever its release refuses (0.5.18 dropped its return_logprob refusal).
+    assert _hook(monkeypatch, "DFLASH", _req(return_hidden_states=True), True).startswith("DFLASH ")
+    req = _req(return_logprob=True)
+    assert _hook(monkeypatch, "DFLASH", req) == validate_dflash_request(req, True)
     assert _hook(monkeypatch, "DFLASH", _req(return_hidden_states=True), False) is None
     assert _hook(monkeypatch, "DFLASH", _req(custom_logit_processor="x")) is None
     assert _hook(monkeypatch, "DFLASH", _req(temperature=0.7, min_p=0.05)) is None
@@ -77,7 +82,7 @@ def test_hook_without_published_server_args_is_upstreams(monkeypatch):
         raise ValueError("Global server args is not set yet!")
 
     monkeypatch.setattr(rc, "get_server_args", unset)
-    message = request_checks.validate_dflash_request(validate_dflash_request, _req(return_logprob=True), True)
+    message = request_checks.validate_dflash_request(validate_dflash_request, _req(return_hidden_states=True), True)
     assert message.startswith("DFLASH ")
 
 

@@ -3,7 +3,7 @@
 The target's server args say verify width ``budget + 1`` and fan-out ``topk``; the draft runner's CUDA
 graphs, attention backend and block buffers must instead see the block size L and topk 1 (what DFLASH
 gives its drafter). The DDTREE fields are kept, so ``DDTreeConfig.from_server_args`` of the view is the
-same config as of the target's args. Imports neither torch nor SGLang.
+same config as of the target's args. Imports neither torch nor SGLang (the release's adapter may).
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ def draft_server_args_view(server_args, config):
     view = copy.deepcopy(server_args)
     view.__dict__.pop("max_speculative_num_draft_tokens", None)
     fields = dict(speculative_num_draft_tokens=config.block_size, speculative_eagle_topk=1)
-    if hasattr(view, "override"):
-        view.override("ddtree.draft_view", **fields)
-    else:  # plain objects in CPU tests
-        for name, value in fields.items():
-            setattr(view, name, value)
+    from sglang_ddtree.compat import adapter
+
+    adapter().write_fields(view, "ddtree.draft_view", fields)
     return view

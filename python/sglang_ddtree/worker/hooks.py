@@ -140,6 +140,8 @@ def install_hooks() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from sglang_ddtree.compat import adapter
+
     for target, hook in {**HOOK_TARGETS, **fa3_hook_targets()}.items():
-        HookRegistry.register(target, hook, HookType.AROUND)
+        HookRegistry.register(target, adapter().adapt_hook(target, hook), HookType.AROUND)
     _installed = True

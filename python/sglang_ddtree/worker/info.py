@@ -20,6 +20,7 @@ from sglang.srt.runtime_context import get_server_args
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 
+from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig
 
 
@@ -40,6 +41,7 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         if bs == 0:
             return
         reserve = DDTreeConfig.from_server_args(get_server_args()).reserve_per_decode
+        lens = adapter()
         self._ensure_prepare_length_buffers(bs, batch.device)
         committed_cpu = self._prepare_batch_seq_lens_cpu_buf[:bs]
         cur_cpu = self._prepare_cur_kv_lens_cpu_buf[:bs]
@@ -48,7 +50,7 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         committed_sum = reserved_sum = needed = 0
         max_top_k, top_ks = 1, set()
         for i, req in enumerate(batch.reqs):
-            committed = int(req.kv_committed_len)
+            committed = lens.committed_len(req)
             allocated = int(req.kv.kv_allocated_len)
             reserved = max(allocated, min(committed + reserve, row_width))
             committed_cpu[i], cur_cpu[i], nxt_cpu[i] = committed, allocated, reserved
@@ -79,8 +81,7 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         )
         batch.seq_lens_cpu = committed_cpu
         batch.seq_lens_sum = committed_sum
-        self.reserved_seq_lens_cpu = nxt_cpu
-        self.reserved_seq_lens_sum = reserved_sum
+        lens.record_reserved_lens(self, nxt_cpu, reserved_sum)
 
 
 def make_draft_input(bonus_tokens: torch.Tensor, new_seq_lens: torch.Tensor) -> DDTreeDraftInput:

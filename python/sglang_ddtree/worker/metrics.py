@@ -145,7 +145,10 @@ def resolve_spec_v2_tokens(original, processor, result, batch):
         return out  # upstream neither logs nor exports on this rank
     hist = getattr(reporter, HIST_ATTR, None)
     if hist is None:
-        hist = AcceptHistogram(DDTreeConfig.from_server_args(processor.server_args).accept_width)
+        from sglang_ddtree.compat import adapter
+
+        server_args = adapter().result_processor_server_args(processor)
+        hist = AcceptHistogram(DDTreeConfig.from_server_args(server_args).accept_width)
         setattr(reporter, HIST_ATTR, hist)
     hist.add(result.num_correct_drafts_per_req_cpu)
     return out

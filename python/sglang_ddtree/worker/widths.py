@@ -72,11 +72,9 @@ def verify_width_args(server_args, num_draft_tokens: int):
 
 
 def _set_fields(server_args, **fields) -> None:
-    if hasattr(server_args, "override"):
-        server_args.override("ddtree.verify_width", **fields)
-    else:  # plain objects in CPU tests
-        for name, value in fields.items():
-            setattr(server_args, name, value)
+    from sglang_ddtree.compat import adapter
+
+    adapter().write_fields(server_args, "ddtree.verify_width", fields)
 
 
 class VerifyWidths:

@@ -35,6 +35,7 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, Forw
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
@@ -60,7 +61,8 @@ class DDTreeWorker(DFlashWorkerV2):
         self._hybrid = hybrid.is_hybrid_target(target_worker.model_runner.model_config)
         self._hybrid_commit = None  # hybrid.HybridStateCommit, made at the first round
         self.config = config
-        super().__init__(draft_server_args_view(server_args, config), gpu_id, ps, nccl_port, target_worker)
+        adapter().init_dflash_worker(super().__init__, draft_server_args_view(server_args, config), config,
+                                     gpu_id, ps, nccl_port, target_worker)
         self.server_args = server_args
         if self.use_compact_draft_cache:
             raise ValueError("--speculative-draft-window-size is not supported with DDTREE yet.")
@@ -304,7 +306,7 @@ class DDTreeWorker(DFlashWorkerV2):
             spec_info=self._draft_block_spec_info,
             capture_hidden_mode=CaptureHiddenMode.NULL,
         )
-        with torch.inference_mode():
+        with torch.inference_mode(), adapter().drafter_widths(self.config):
             draft_out = self.draft_model_runner.forward(forward_batch)
         if self._draft_sampler is not None and draft_out.can_run_graph:
             return self._draft_sampler.read(bs)
@@ -334,8 +336,8 @@ class DDTreeWorker(DFlashWorkerV2):
         lag = len(batch.seq_lens) * self.config.accept_width
         if batch.seq_lens_cpu is not None:
             committed = batch.seq_lens_cpu.to(torch.int64)
-        elif draft_input.reserved_seq_lens_cpu is not None:  # >= committed + reserve: already a bound
-            bound = draft_input.reserved_seq_lens_cpu.to(torch.int64)
+        elif adapter().reserved_lens_cpu(draft_input) is not None:  # >= committed + reserve: already a bound
+            bound = adapter().reserved_lens_cpu(draft_input).to(torch.int64)
             total = int(bound.sum())
             return _HostLens(bound, total, add_extra=False, mask_sum_bound=total)
         else:

@@ -1,4 +1,9 @@
-"""Every upstream SGLang touchpoint of sglang-ddtree, in one list the doctor and the tests resolve.
+"""The version layer: every upstream SGLang touchpoint of sglang-ddtree, and one adapter per release family.
+
+``UPSTREAM_SYMBOLS`` below is the table of contents: each entry names one upstream name we import, hook,
+override, read or pass, and (``releases``) which releases have it where that differs. ``adapter()``
+(``compat.release``) returns the installed release family's adapter (``sglang_0_5_16``, ``sglang_0_5_17``,
+...); where releases differ, the package asks the adapter and never compares versions itself.
 
 When the pinned SGLang is bumped, ``python -m sglang_ddtree doctor`` (and
 ``test/plugin/test_compat_scan.py``) names every symbol that moved, before anything fails at serving
@@ -19,37 +24,43 @@ Kinds (how ``check_symbol`` checks the last component of ``path``):
   FIELD     a dataclass (or msgspec struct) field of the owner (``ServerArgs``, spec-info classes).
   PARAMS    ``callable(a, b)``: each name is a parameter of the callable's signature (the keyword
             arguments we pass, or the positional ones whose order we rely on).
+
+Entries with ``releases`` (a PEP 440 specifier) belong to one family's adapter; the doctor, the tests and
+``scripts/check_upstream.py`` check an entry only against the releases it names.
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import enum
-import functools
-import importlib
-import importlib.util
-import inspect
-import textwrap
-from typing import Dict, List, NamedTuple, Set, Tuple
+from typing import Dict, List, Optional, Tuple
 
-MODULE, ATTR, MEMBER, INSTANCE, FIELD, PARAMS = "module", "attr", "member", "instance", "field", "params"
-KINDS = (MODULE, ATTR, MEMBER, INSTANCE, FIELD, PARAMS)
+from sglang_ddtree.compat.release import FAMILIES, Family, adapter, adapter_for, family_of  # noqa: F401
+from sglang_ddtree.compat.resolve import (  # noqa: F401  (the names callers import from compat)
+    ATTR,
+    FIELD,
+    INSTANCE,
+    KINDS,
+    MEMBER,
+    MODULE,
+    MODULES_NEEDING,
+    OWN_CHECK_PACKAGES,
+    PARAMS,
+    Symbol,
+    _absent_package,
+    check_symbol,
+    needed_package,
+    resolve,
+    self_assigned_in,
+    upstream_has,
+)
 
 
-class Symbol(NamedTuple):
-    path: str  # dotted upstream path; PARAMS: "dotted.callable(name, name)"
-    purpose: str  # what we use it for (and where)
-    kind: str = ATTR
-
-
-def _on(owner: str, kind: str, **purposes: str) -> Tuple[Symbol, ...]:
+def _on(owner: str, kind: str, releases: str = "", **purposes: str) -> Tuple[Symbol, ...]:
     """One Symbol per ``name=purpose`` on ``owner`` (a dotted class path)."""
-    return tuple(Symbol(f"{owner}.{name}", purpose, kind) for name, purpose in purposes.items())
+    return tuple(Symbol(f"{owner}.{name}", purpose, kind, releases) for name, purpose in purposes.items())
 
 
-def _params(callable_path: str, names: str, purpose: str) -> Symbol:
-    return Symbol(f"{callable_path}({names})", purpose, PARAMS)
+def _params(callable_path: str, names: str, purpose: str, releases: str = "") -> Symbol:
+    return Symbol(f"{callable_path}({names})", purpose, PARAMS, releases)
 
 
 # Upstream paths several entries share.
@@ -90,6 +101,12 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          create_future_map="scheduler calls it on every algorithm; DDTreeSpecAlgo implements it"),
     _params(f"{_SPEC_ALGO}.register", "supports_overlap, spec_class", "plugin.register"),
     Symbol("sglang.srt.speculative.spec_info.create_dummy_verify_input", "worker hook: capture dummy with tree mask"),
+    _params("sglang.srt.speculative.spec_info.create_dummy_verify_input",
+            "spec_algorithm, server_args, custom_mask, num_tokens_per_req, is_draft_worker",
+            "positional order the worker hook relies on (0.5.16 family)", "<0.5.18"),
+    _params("sglang.srt.speculative.spec_info.create_dummy_verify_input",
+            "spec_algorithm, custom_mask, num_tokens_per_req, is_draft_worker",
+            "positional order compat adapter 0.5.18 relies on", ">=0.5.18"),
     Symbol("sglang.srt.speculative.spec_registry.CustomSpecAlgo", "base class of DDTreeSpecAlgo"),
     *_on("sglang.srt.speculative.spec_registry.CustomSpecAlgo", MEMBER,
          is_dflash_family="overridden: DDTREE's drafter is DFLASH's",
@@ -106,11 +123,20 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol(_SERVER_ARGS, "base class of DDTreeServerArgs; REPLACE hook target"),
     *_on(_SERVER_ARGS, MEMBER,
          __post_init__="overridden: DDTreeServerArgs records the requested backends first",
-         get_model_config="validation reads the target's HF config",
-         override="worker.draft_view: scoped width override of the drafter's copy; worker.widths: the target's "
-                  "width while a bucket's backend and graphs are built",
-         max_speculative_num_draft_tokens="cached value worker.draft_view drops from the drafter's copy",
          enable_mamba_extra_buffer="hybrid: radix track slots (extra_buffer strategy)"),
+    *_on(_SERVER_ARGS, MEMBER, "<0.5.19",
+         get_model_config="compat adapter 0.5.16: validation reads the target's HF config",
+         max_speculative_num_draft_tokens="cached value worker.draft_view drops from the drafter's copy"),
+    Symbol("sglang.srt.configs.model_config.ModelConfig", "compat adapter 0.5.19: the target's model config"),
+    Symbol("sglang.srt.configs.model_config.ModelConfig.from_server_args",
+           "compat adapter 0.5.19: validation reads the target's HF config"),
+    *_on(_SERVER_ARGS, MEMBER, "<0.5.18",
+         override="compat adapter 0.5.16: the width fields of the drafter's copy (worker.draft_view) and the "
+                  "target's verify width while budget auto builds a bucket's backend and graphs (worker.widths)"),
+    Symbol("sglang.srt.arg_groups.overrides._apply_fields",
+           "compat adapter 0.5.18: the width fields of the drafter's copy (worker.draft_view) and of the target "
+           "while budget auto builds a bucket (worker.widths)", ATTR,
+           ">=0.5.18,<0.5.19"),
     *_on(_SERVER_ARGS, FIELD,
          speculative_algorithm="is this DDTREE (config.is_ddtree, DDTreeServerArgs)",
          speculative_draft_model_path="validation (drafter check), draft block size",
@@ -152,6 +178,11 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol("sglang.srt.arg_groups.speculative_hook._handle_dflash", "drafter block size / draft backend"),
     Symbol("sglang.srt.arg_groups.overrides.resolved_view", "reading resolved attention backends / dp attention"),
     Symbol("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
+    Symbol("sglang.srt.runtime_context.get_spec", "compat adapter 0.5.17: the drafter's widths, scoped", ATTR,
+           ">=0.5.17"),
+    *_on("sglang.srt.runtime_context._ConfigBag", MEMBER, ">=0.5.17",
+         override="compat adapter 0.5.17: get_spec().override(...), the drafter's scoped widths"),
+    Symbol("sglang.srt.runtime_context.get_context", "tests publish stand-in server args (override_server_args)"),
     Symbol("sglang.srt.runtime_context.get_server_args", "per-request checks, KV reserve, tree-sampling thresholds, fa3_tree (is this a DDTREE server)"),
     # ---- sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2: base of DDTreeWorker -------------------
     Symbol(_WORKER, "base class of the DDTREE worker"),
@@ -194,9 +225,13 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          topk_p="empty (make_draft_input)", topk_index="empty (make_draft_input)",
          hidden_states="empty (make_draft_input)", bonus_tokens="the next round's roots",
          new_seq_lens="committed lengths after the round",
-         max_top_k="set per round (prepare_for_decode)", uniform_top_k_value="set per round (prepare_for_decode)",
-         reserved_seq_lens_cpu="host bound of the reservation (prepare_for_decode, worker)",
-         reserved_seq_lens_sum="its sum (prepare_for_decode)"),
+         max_top_k="set per round (prepare_for_decode)", uniform_top_k_value="set per round (prepare_for_decode)"),
+    *_on(_DRAFT_INPUT, FIELD, "<0.5.19",
+         reserved_seq_lens_cpu="host bound of the reservation (compat adapter 0.5.16: record_reserved_lens)",
+         reserved_seq_lens_sum="its sum (compat adapter 0.5.16: record_reserved_lens)"),
+    *_on(_DRAFT_INPUT, FIELD, ">=0.5.19",
+         nxt_kv_lens_cpu="host bound of the reservation (compat adapter 0.5.19: record_reserved_lens)",
+         nxt_kv_lens_sum="its sum (compat adapter 0.5.19: record_reserved_lens)"),
     *_on(_DRAFT_INPUT, INSTANCE,
          _prepare_batch_seq_lens_cpu_buf="[cap_bs] host committed lengths",
          _prepare_cur_kv_lens_cpu_buf="[cap_bs] host allocated lengths",
@@ -229,11 +264,14 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          is_extend_in_batch="prefill goes to upstream", sampling_info="temperatures, penalties",
          return_logprob="asserted off", mamba_track_indices="hybrid COMMIT: radix track slots"),
     *_on(_REQ, INSTANCE,
-         kv_committed_len="committed KV length (prepare_for_decode)", kv="allocation info",
+         kv="allocation info",
          sampling_params="top_k (prepare_for_decode), request checks",
          return_logprob="refused per request", return_hidden_states="refused per request",
          custom_logit_processor="refused per request"),
+    *_on(_REQ, INSTANCE, "<0.5.19", kv_committed_len="committed KV length (compat adapter 0.5.16: committed_len)"),
     *_on("sglang.srt.managers.schedule_batch.ReqKvInfo", FIELD, kv_allocated_len="allocated KV length"),
+    *_on("sglang.srt.managers.schedule_batch.ReqKvInfo", FIELD, ">=0.5.19",
+         kv_committed_len="committed KV length (compat adapter 0.5.19: committed_len)"),
     Symbol("sglang.srt.managers.scheduler.GenerationBatchResult", "the round's result (worker)"),
     _params("sglang.srt.managers.scheduler.GenerationBatchResult",
             "logits_output, next_token_ids, accept_lens, can_run_cuda_graph, next_draft_input, "
@@ -244,7 +282,9 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol("sglang.srt.managers.scheduler_components.batch_result_processor."
            "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", "worker hook: accept-length histogram"),
     *_on("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor", INSTANCE,
-         metrics_reporter="where the histogram lives (metrics)", server_args="DDTreeConfig (metrics)"),
+         metrics_reporter="where the histogram lives (metrics)"),
+    *_on("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor", INSTANCE,
+         "<0.5.19", server_args="DDTreeConfig (metrics; compat adapter 0.5.16: result_processor_server_args)"),
     Symbol("sglang.srt.managers.scheduler_components.metrics_reporter", "its logger writes the decode line (metrics)",
            MODULE),
     Symbol(f"{_REPORTER}.report_decode_stats", "worker hook: DDTREE decode log line"),
@@ -266,6 +306,10 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
             "nxt_kv_lens_cpu, num_needed_tokens, batch", "KV reservation (info.prepare_for_decode)"),
     Symbol("sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode", "worker hook: KV sizing"),
     Symbol("sglang.srt.mem_cache.allocation_sizing.get_req_to_token_extra_context_len", "worker hook: row headroom"),
+    _params("sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode", "server_args",
+            "the worker hook passes it (0.5.16 family; 0.5.18 reads the published args)", "<0.5.18"),
+    _params("sglang.srt.mem_cache.allocation_sizing.get_req_to_token_extra_context_len", "server_args",
+            "the worker hook passes it (0.5.16 family; 0.5.18 reads the published args)", "<0.5.18"),
     *_on("sglang.srt.mem_cache.memory_pool.ReqToTokenPool", INSTANCE, req_to_token="[rows, width] KV slots"),
     *_on("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool", MEMBER, move_kv_cache="COMMIT: target KV moves"),
     # ---- sglang.srt.model_executor: forward batch, runners, outputs ------------------------------------
@@ -322,7 +366,7 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol(f"{_FA3}._apply_cuda_graph_metadata", "fa3_tree hook: a DDTREE verify's graph metadata, prefix half only"),
     _params(f"{_FA3}._apply_cuda_graph_metadata",
             "bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens, forward_mode, spec_info, seq_lens_cpu",
-            "fa3_tree hook: the positional order it relies on"),
+            "fa3_tree hook: the positional order it relies on (0.5.19 changed it: refused there)", "<0.5.19"),
     Symbol("sglang.kernels.ops.kvcache.trtllm_mha_page_table.build_trtllm_mha_page_table",
            "fa3_tree: the prefix page table, as upstream builds it"),
     _params("sglang.kernels.ops.kvcache.trtllm_mha_page_table.build_trtllm_mha_page_table",
@@ -440,151 +484,38 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
 )
 
 
-# ---- resolving ------------------------------------------------------------------------------------
+# ---- listing ---------------------------------------------------------------------------------------
 def symbols() -> List[Symbol]:
-    """``UPSTREAM_SYMBOLS`` as Symbols (a plain ``(path, purpose)`` tuple is an ATTR entry)."""
+    """``UPSTREAM_SYMBOLS`` as Symbols (a plain ``(path, purpose)`` tuple is an ATTR entry), every family's."""
     return [Symbol(*entry) for entry in UPSTREAM_SYMBOLS]
 
 
-def resolve(path: str):
-    """Import ``path`` = ``module[.attr...]`` and return the object; raises ImportError/AttributeError."""
-    parts = path.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:split]))
-        except ModuleNotFoundError as e:
-            if e.name is not None and not ".".join(parts[:split]).startswith(e.name):
-                raise  # the module exists but one of ITS imports is missing
-            continue
-        for attr in parts[split:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(f"no importable module in {path!r}")
+def applies(sym: Symbol, version: str) -> bool:
+    """Whether release ``version`` should have ``sym`` (its ``releases`` specifier; "" = every release)."""
+    if not sym.releases:
+        return True
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(sym.releases).contains(version, prereleases=True)
 
 
-def _upstream_mro(cls) -> List[type]:
-    """``cls`` and its bases without ours (a REPLACE hook may have put our subclass in upstream's place)
-    and without ``object``."""
-    if not isinstance(cls, type):
-        raise TypeError(f"{cls!r} is not a class")
-    return [k for k in cls.__mro__ if k is not object and not k.__module__.startswith("sglang_ddtree")]
+def symbols_for(version: Optional[str]) -> List[Symbol]:
+    """The entries release ``version`` should have (every entry when ``version`` is None)."""
+    return [sym for sym in symbols() if version is None or applies(sym, version)]
 
 
-def _field_names(cls) -> Set[str]:
-    names: Set[str] = set()
-    for k in _upstream_mro(cls):
-        if dataclasses.is_dataclass(k):
-            names.update(f.name for f in dataclasses.fields(k))
-        struct_fields = getattr(k, "__struct_fields__", None)  # msgspec.Struct subclasses (a tuple)
-        if isinstance(struct_fields, tuple):
-            names.update(struct_fields)
-    return names
+def installed_symbols() -> List[Symbol]:
+    """The entries the installed SGLang release should have."""
+    from sglang_ddtree.compat.release import _installed_version
 
-
-def _is_member(cls, name: str) -> bool:
-    return any(name in k.__dict__ for k in _upstream_mro(cls)) or (
-        isinstance(cls, enum.EnumMeta) and name in cls.__members__)
-
-
-@functools.lru_cache(maxsize=None)
-def _self_assigned(cls) -> frozenset:
-    """Names the source of ``cls`` assigns on ``self`` (``self.<name> = ...``, ``setattr(self, "<name>", ...)``)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError, SyntaxError):
-        return frozenset()
-    return self_assigned_in(tree)
-
-
-def self_assigned_in(tree: ast.AST) -> frozenset:
-    """Names code under ``tree`` (a class's AST) assigns on ``self``; also ``scripts/check_upstream.py``'s reading
-    of a release's source."""
-    names = set()
-    for node in ast.walk(tree):
-        targets = (node.targets if isinstance(node, ast.Assign)
-                   else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
-        for t in targets:
-            for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
-                if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
-                    names.add(e.attr)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
-                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
-                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-            names.add(node.args[1].value)
-    return frozenset(names)
-
-
-def _assigned_on_self(cls, name: str) -> bool:
-    return any(name in _self_assigned(k) for k in _upstream_mro(cls))
-
-
-def upstream_has(cls, name: str) -> bool:
-    """Whether upstream class ``cls`` (or an upstream base) has ``name`` on its instances: a member, a
-    field, or an attribute its code assigns on ``self``."""
-    return _is_member(cls, name) or name in _field_names(cls) or _assigned_on_self(cls, name)
-
-
-def _split_params(path: str) -> Tuple[str, List[str]]:
-    callee, _, rest = path.partition("(")
-    return callee, [n.strip() for n in rest.rstrip(")").split(",") if n.strip()]
-
-
-def check_symbol(sym: Symbol) -> None:
-    """Raise (ImportError, AttributeError, TypeError, ...) unless ``sym`` resolves in this environment."""
-    if sym.kind == MODULE:
-        if importlib.util.find_spec(sym.path) is None:  # a missing parent package raises here
-            raise ModuleNotFoundError(f"no module named {sym.path!r}", name=sym.path)
-        return
-    if sym.kind == ATTR:
-        resolve(sym.path)
-        return
-    if sym.kind == PARAMS:
-        callee, names = _split_params(sym.path)
-        params = inspect.signature(resolve(callee)).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            return
-        missing = [n for n in names if n not in params]
-        if missing:
-            raise TypeError(f"{callee} has no parameter {', '.join(missing)}")
-        return
-    owner_path, _, name = sym.path.rpartition(".")
-    owner = resolve(owner_path)
-    has = {MEMBER: _is_member, FIELD: lambda c, n: n in _field_names(c), INSTANCE: upstream_has}[sym.kind]
-    if not has(owner, name):
-        what = {MEMBER: "member", FIELD: "field", INSTANCE: "instance attribute"}[sym.kind]
-        raise AttributeError(f"{owner_path} has no {what} {name!r}")
-
-
-# Packages with their own doctor check whose symbols are not checked where the package is absent.
-OWN_CHECK_PACKAGES = {"sgl_kernel": "sgl_kernel is not installed (a CUDA-only wheel; see the sgl-kernel check)"}
-
-
-# Upstream modules that import such a package at import time (their symbols share its fate).
-MODULES_NEEDING = {"sglang.srt.layers.attention.flashattention_backend": "sgl_kernel"}
-
-
-def needed_package(sym: Symbol) -> str:
-    """The top-level package ``sym`` needs to resolve: its own, or the one its module imports
-    (``MODULES_NEEDING``)."""
-    for module, package in MODULES_NEEDING.items():
-        if sym.path.startswith(module + "."):
-            return package
-    return sym.path.split(".")[0]
-
-
-def _absent_package(sym: Symbol) -> str:
-    """Why ``sym`` is not checked here ('' when it is): the package it needs (``needed_package``) has its own
-    check and is absent."""
-    top = needed_package(sym)
-    if top in OWN_CHECK_PACKAGES and importlib.util.find_spec(top) is None:
-        return OWN_CHECK_PACKAGES[top]
-    return ""
+    return symbols_for(_installed_version())
 
 
 def unchecked_upstream_symbols() -> List[Tuple[str, str, str]]:
-    """(path, purpose, reason) of the symbols not checked in this environment (``OWN_CHECK_PACKAGES``)."""
+    """(path, purpose, reason) of the installed release's symbols not checked in this environment
+    (``OWN_CHECK_PACKAGES``)."""
     out = []
-    for sym in symbols():
+    for sym in installed_symbols():
         reason = _absent_package(sym)
         if reason:
             out.append((sym.path, sym.purpose, reason))
@@ -592,10 +523,10 @@ def unchecked_upstream_symbols() -> List[Tuple[str, str, str]]:
 
 
 def missing_upstream_symbols() -> List[Tuple[str, str, str]]:
-    """(path, purpose, error) for every upstream symbol that does not resolve in this environment
-    (symbols of a package that is not installed at all: see ``unchecked_upstream_symbols``)."""
+    """(path, purpose, error) for every symbol of the installed release that does not resolve in this
+    environment (symbols of a package that is not installed at all: see ``unchecked_upstream_symbols``)."""
     missing = []
-    for sym in symbols():
+    for sym in installed_symbols():
         if _absent_package(sym):
             continue
         try:

@@ -1,0 +1,84 @@
+"""Adapter of the SGLang 0.5.16 family (0.5.16): the baseline the rest of the package is written against.
+
+Runners read their widths from their own ``server_args``; the hooked upstream functions take the
+``server_args`` they size for; ``ServerArgs.override`` is the sanctioned write to a resolved copy. Later
+families subclass ``Adapter`` and override only what their releases changed (``compat.release``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Dict
+
+
+class Adapter:
+    family = "0.5.16"
+    # Whether upstream's backends, graph runners and the scheduler's reporters read the speculative widths
+    # from the process-wide ``get_spec()`` namespace (published from the target's server args) instead of
+    # the server_args object they were given.
+    reads_spec_process_wide = False
+
+    def __init__(self, version: str):
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"<sglang_ddtree.compat adapter {self.family} for sglang {self.version}>"
+
+    # ---- hooks (worker.hooks writes every hook against 0.5.16's signatures) ----------------------------
+    def adapt_hook(self, target: str, hook: Callable) -> Callable:
+        """``hook`` (an AROUND hook written for 0.5.16's signature of ``target``) as this release must
+        receive it."""
+        return hook
+
+    # ---- server args ---------------------------------------------------------------------------------
+    def write_fields(self, server_args, source: str, fields: Dict[str, object]) -> None:
+        """Set ``fields`` on a resolved copy of the server args (the drafter's view, ``worker.draft_view``);
+        a plain object (CPU tests) gets plain attributes."""
+        override = getattr(server_args, "override", None)
+        if override is not None:
+            override(source, **fields)
+        else:
+            for name, value in fields.items():
+                setattr(server_args, name, value)
+
+    # ---- the drafter (worker.worker) -----------------------------------------------------------------
+    def init_dflash_worker(self, init: Callable, draft_server_args, config, gpu_id, ps, nccl_port, target_worker):
+        """``DFlashWorkerV2.__init__`` (``init``, bound) with the drafter's view of the server args and the
+        drafter's widths in force (``drafter_widths``)."""
+        with self.drafter_widths(config):
+            init(draft_server_args, gpu_id, ps, nccl_port, target_worker)
+
+    def drafter_widths(self, config):
+        """A scope in which upstream code reading the speculative widths sees the drafter's (block size L,
+        topk 1) instead of the target's (budget + 1, topk K). Here the draft runner reads its own copy of the
+        server args (``worker.draft_view``): nothing to do."""
+        return contextlib.nullcontext()
+
+    # ---- KV lengths (worker.info, worker.worker) ------------------------------------------------------
+    def committed_len(self, req) -> int:
+        """Tokens of ``req`` (an upstream ``Req``) whose KV is committed."""
+        return int(req.kv_committed_len)
+
+    def record_reserved_lens(self, draft_input, lens_cpu, lens_sum: int) -> None:
+        """Store the round's reserved KV lengths (host ``[bs]`` int64 and their sum) on the draft input, where
+        upstream's scheduler reads them."""
+        draft_input.reserved_seq_lens_cpu = lens_cpu
+        draft_input.reserved_seq_lens_sum = lens_sum
+
+    def reserved_lens_cpu(self, draft_input):
+        """The host reserved lengths ``record_reserved_lens`` stored (None before the first decode)."""
+        return draft_input.reserved_seq_lens_cpu
+
+    # ---- the scheduler's objects (worker.metrics, validation) -----------------------------------------
+    def result_processor_server_args(self, processor):
+        """The server args a ``SchedulerBatchResultProcessor`` serves."""
+        return processor.server_args
+
+    def target_model_config(self, server_args):
+        """Upstream's ``ModelConfig`` of the target (raises where upstream cannot read it)."""
+        return server_args.get_model_config()
+
+    # ---- features a release cannot carry ----------------------------------------------------------------
+    def refused_features(self) -> Dict[str, str]:
+        """{switch: why this release cannot honour it} for DDTREE features (validation refuses a set one)."""
+        return {}
