@@ -164,7 +164,9 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          disable_radix_cache="hybrid_args: strategy rules apply with the radix cache",
          disable_overlap_schedule="hybrid_args: no_buffer needs it", tp_size="hybrid_args: per-rank state bytes; budget auto refused with tp > 1",
          max_running_requests="hybrid_args: per-node state memory", mem_fraction_static="hybrid_args: memory bound",
-         enable_gdn_replayssm_spec="hybrid_args: refused", enable_linear_replayssm="hybrid_args: refused"),
+         enable_linear_replayssm="hybrid_args: refused"),
+    *_on(_SERVER_ARGS, FIELD, "<0.5.17",  # gone from 0.5.17 (read with getattr, default off)
+         enable_gdn_replayssm_spec="hybrid_args: refused"),
     *_on("sglang.srt.model_executor.cuda_graph_config.CudaGraphConfig", FIELD,
          decode="server_args.cuda_graph_config.decode.bs (worker)"),
     *_on("sglang.srt.model_executor.cuda_graph_config.PhaseConfig", FIELD,
