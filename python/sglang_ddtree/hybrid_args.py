@@ -39,6 +39,13 @@ def refusal(arch: str) -> str:
 def refuse_unless_enabled(arch: str) -> None:
     if not enabled():
         raise DDTreeArgumentError(refusal(arch))
+    from sglang_ddtree.compat import adapter
+
+    family = adapter().family
+    if family != "0.5.16":  # its state commit was verified against 0.5.16's backend only (0.5.18 translates indices)
+        raise DDTreeArgumentError(
+            f"{ENV}=1: DDTREE's experimental hybrid tree verify is verified against SGLang 0.5.16 only; the installed "
+            f"family is {family}. Use SGLang 0.5.16 or DFLASH for this model ({arch}).")
 
 
 # ---- per-node verify state memory ------------------------------------------------------------------------

@@ -34,7 +34,15 @@ def test_hybrid_targets_stay_refused_without_the_switch(monkeypatch):
     with pytest.raises(ValueError):
         hybrid_args.refuse_unless_enabled("X")
     monkeypatch.setenv(hybrid_args.ENV, "1")
-    hybrid_args.refuse_unless_enabled("X")
+    import types
+
+    import sglang_ddtree.compat as compat
+
+    if compat.adapter().family == "0.5.16":
+        hybrid_args.refuse_unless_enabled("X")
+    monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.18"))
+    with pytest.raises(ValueError, match=r"verified against SGLang 0.5.16 only; the installed family is 0.5.18"):
+        hybrid_args.refuse_unless_enabled("X")
     monkeypatch.setenv(hybrid_args.ENV, "yes")
     with pytest.raises(ValueError, match=r"SGLANG_DDTREE_EXPERIMENTAL_HYBRID='yes': use 1"):
         hybrid_args.refuse_unless_enabled("X")

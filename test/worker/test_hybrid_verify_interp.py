@@ -23,6 +23,13 @@ import torch
 
 from _interp_rerun import kernel_test_mode
 
+from sglang_ddtree.compat import adapter as _adapter
+
+# upstream's state commit (update_mamba_state_after_mtp_verify) changes shape after 0.5.16 (0.5.18 translates the
+# track indices through the linear backend); the experimental hybrid path is refused there (hybrid_args)
+pytestmark = pytest.mark.skipif(_adapter().family != "0.5.16",
+                                reason="hybrid tree verify is verified against SGLang 0.5.16 only (refused elsewhere)")
+
 _RUN_HERE, _CUDA, DEV = kernel_test_mode(__file__, "SGLANG_DDTREE_TEST_HYBRID_VERIFY_INTERP_CHILD", globals())
 if _RUN_HERE:
     import torch.nn.functional as F
