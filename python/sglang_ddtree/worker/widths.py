@@ -152,6 +152,29 @@ def replay_ms(graph, *, repeats: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def tree_build_ms(config: DDTreeConfig, batch_sizes: Sequence[int], device) -> Dict[int, float]:
+    """Start-up: GPU ms of a drafting round's tree builds per batch size (the chosen bucket's and the largest one's
+    for the forecast) on random draft log-probs of the real shape; it synchronises."""
+    from sglang_ddtree.worker.tree_api import build_tree
+
+    out, k, depth = {}, config.topk, config.block_size - 1
+    for bs in batch_sizes:
+        lp = torch.randn(bs, depth, k, device=device).log_softmax(-1).sort(-1, descending=True).values
+        ids = torch.randint(0, 1000, (bs, depth, k), device=device)
+        build_tree(lp, ids, config.budget)  # compiles (once per budget class) outside the timing
+        build_tree(lp, ids, max(1, config.budget // 2))
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            build_tree(lp, ids, config.budget)
+            build_tree(lp, ids, max(1, config.budget // 2))
+        end.record()
+        end.synchronize()
+        out[bs] = start.elapsed_time(end) / 5
+    return out
+
+
 # ---- the per-round choice --------------------------------------------------------------------------------
 class _Pending:
     __slots__ = ("bs", "budget", "start", "end", "host", "scored")

@@ -125,33 +125,12 @@ class DDTreeWorker(DFlashWorkerV2):
         verify_graphs = {b: widths.captured_graphs(runner) for b, (_, runner) in self._widths.sets.items()}
         if capture_bs and all(verify_graphs.values()):
             draft_graphs = widths.captured_graphs(getattr(self.draft_model_runner, "decode_cuda_graph_runner", None))
-            self._auto.calibrate(verify_graphs, draft_graphs, self._tree_build_ms(capture_bs))
+            self._auto.calibrate(verify_graphs, draft_graphs, widths.tree_build_ms(self.config, capture_bs, self.device))
         elif rank0:
             logger.warning("DDTREE auto: no CUDA graphs to calibrate from; the cost table fills from observed rounds.")
         if rank0:
             logger.info("DDTREE auto: buckets %s, set up in %.1f s; start-up policy:\n  %s", list(self.config.buckets),
                         time.perf_counter() - tic, "\n  ".join(self._auto.describe()))
-
-    def _tree_build_ms(self, batch_sizes) -> dict:
-        """Start-up: GPU ms of the round's tree builds per batch size (the chosen bucket's and the largest one's
-        for the forecast) on random draft log-probs of the real shape."""
-        cfg, out = self.config, {}
-        k = cfg.topk
-        for bs in batch_sizes:
-            lp = torch.randn(bs, cfg.block_size - 1, k, device=self.device).log_softmax(-1).sort(-1, descending=True).values
-            ids = torch.randint(0, 1000, (bs, cfg.block_size - 1, k), device=self.device)
-            build_tree(lp, ids, cfg.budget)  # compiles (once per budget class) outside the timing
-            build_tree(lp, ids, max(1, cfg.budget // 2))
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(5):
-                build_tree(lp, ids, cfg.budget)
-                build_tree(lp, ids, max(1, cfg.budget // 2))
-            end.record()
-            end.synchronize()
-            out[bs] = start.elapsed_time(end) / 5
-        return out
 
     def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
         return make_draft_input(bonus_tokens, seq_lens)
