@@ -11,7 +11,8 @@ GPU, versions and the exact command.
     python benchmark/bench_e2e.py --target T --draft D --out benchmark/results/e2e.json \
         --configs plain,dflash,ddtree:16:4,ddtree:64:8 [--bs 1,16] [--attention-backend triton]
 Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>`` (budget an integer or ``auto``), optionally
-``+nograph`` / ``+nooverlap``.
+``+nograph`` / ``+nooverlap``, an attention backend (``+fa3`` ...), ``+gcfreeze`` (freeze the engine's garbage
+collector after warm-up).
 ``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
 them with ``benchmark/analyze_trace.py``).
 """
@@ -94,9 +95,9 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
             kw["attention_backend"] = mod
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
-        elif mod not in ENV_MODIFIERS:
+        elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP:
             raise ValueError(f"unknown config modifier {mod!r}: use one of "
-                             f"{sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + list(ATTENTION_BACKENDS)}")
+                             f"{sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + list(ATTENTION_BACKENDS)}")
     if spec == "plain":
         return kw
     if spec == "dflash":
@@ -117,6 +118,18 @@ ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
     "fa3cascade": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "0"},  # fa3: upstream's cascade tree verify
 }
+
+
+# Config modifiers that act on the engine once it is warm (``after_warmup``): ``+gcfreeze`` freezes the garbage
+# collector of the engine's processes (``Engine.freeze_gc``, what a server's ``/freeze_gc`` does after warm-up).
+AFTER_WARMUP = {"gcfreeze": "freeze_gc"}
+
+
+def after_warmup(engine, spec: str) -> None:
+    """Apply ``spec``'s ``AFTER_WARMUP`` modifiers to a warm engine."""
+    for mod in spec.split("+")[1:]:
+        if mod in AFTER_WARMUP:
+            getattr(engine, AFTER_WARMUP[mod])()
 
 
 def engine_env(spec: str) -> dict:
@@ -170,6 +183,7 @@ def run_config(spec, target, draft, prompts, args) -> dict:
     params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
     try:
         engine.generate(input_ids=prompts[:2], sampling_params=dict(params, max_new_tokens=16))  # warm-up
+        after_warmup(engine, spec)
         for bs in args.bs:
             d = decode_in_batches(engine, prompts, bs, params)
             acc = d["mean_accept_length"]

@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import COMMON, PROMPTS, decode_in_batches, engine_env, engine_kwargs, environment  # noqa: E402
+from bench_e2e import COMMON, PROMPTS, after_warmup, decode_in_batches, engine_env, engine_kwargs, environment  # noqa: E402
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -59,6 +59,7 @@ def serve(args) -> int:
         engine = sglang.Engine(model_path=args.target, **kw)
     params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
     engine.generate(input_ids=[[1, 2, 3]] * 2, sampling_params=dict(params, max_new_tokens=16))  # warm-up
+    after_warmup(engine, args.serve)
     print(_TAG + json.dumps({"ready": True}), flush=True)
     try:
         for line in sys.stdin:

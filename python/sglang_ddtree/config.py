@@ -107,11 +107,13 @@ def check_topk(value: Any) -> int:
     return _check_int(TOPK_FLAG, value, MIN_TOPK, MAX_TOPK)
 
 
-def env_switch(name: str, *, on: str, off: str, error=ValueError) -> bool:
-    """An on/off environment variable: unset, empty or 0 -> False, 1 -> True, anything else an ``error`` naming
-    the variable, the value and both meanings."""
+def env_switch(name: str, *, on: str, off: str, error=ValueError, default: bool = False) -> bool:
+    """An on/off environment variable: 0 -> False, 1 -> True, unset or empty -> ``default``, anything else an
+    ``error`` naming the variable, the value and both meanings."""
     value = os.environ.get(name, "").strip()
-    if value in ("", "0"):
+    if value == "":
+        return default
+    if value == "0":
         return False
     if value == "1":
         return True

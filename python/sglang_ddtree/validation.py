@@ -253,7 +253,7 @@ def _check_release_features() -> None:
     from sglang_ddtree.worker import fa3_tree
 
     why = adapter().refused_features().get(fa3_tree.ENV)
-    if why is not None and fa3_tree.enabled():
+    if why is not None and fa3_tree.explicitly_enabled():
         raise DDTreeArgumentError(
             f"{fa3_tree.ENV}=1 is not supported with --speculative-algorithm DDTREE on sglang {adapter().version}: "
             f"{why}; unset it (fa3 then verifies trees with upstream's cascade).")

@@ -63,17 +63,29 @@ class DraftForecast(NamedTuple):
 class CostModel:
     """Milliseconds per round by (batch size, bucket budget): seeded by a start-up calibration of each captured
     batch size, refined by observed rounds (exponential moving average). A batch runs at the smallest
-    captured size that holds it (CUDA graphs pad), so lookups round the batch size up."""
+    captured size that holds it (CUDA graphs pad), so lookups round the batch size up.
 
-    def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, smoothing: float = 0.1):
+    The first ``warmup`` observations of a key are counted but not used: the first round at a new (batch size,
+    width) compiles the Triton kernels of its shapes (a JIT compile takes up to seconds, and a single such sample
+    would otherwise stand for the key until it is chosen again, which it then never is). Later observations
+    move the average by at most a factor ``max_jump`` each (one stray round - a collection, a neighbour on the
+    machine - cannot swing a choice)."""
+
+    def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, smoothing: float = 0.1,
+                 warmup: int = 1, max_jump: float = 2.0):
         if not 0.0 < smoothing <= 1.0:
             raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        if warmup < 0 or max_jump <= 1.0:
+            raise ValueError(f"warmup must be >= 0 and max_jump > 1, got {warmup}, {max_jump}")
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
         self.budgets = tuple(budgets)
         self.smoothing = smoothing
+        self.warmup = warmup
+        self.max_jump = max_jump
         self._ms: Dict[tuple, float] = {}
         self._seed: Dict[tuple, float] = {}
         self._observed: set = set()
+        self._count: Dict[tuple, int] = {}  # observations per key, warm-up ones included
         # Running sums of (observed - seed) over observed seeded keys, by kind (drafting or not): O(1) lookups,
         # since the policy asks for every bucket's cost every round.
         self._offset_sum = {False: 0.0, True: 0.0}
@@ -93,8 +105,17 @@ class CostModel:
 
     def observe(self, bs: int, budget: int, ms: float) -> None:
         key = self._key(bs, budget)
-        old = self._ms.get(key)  # the first observation replaces a calibration seed, later ones are smoothed
-        new = float(ms) if key not in self._observed else old + self.smoothing * (float(ms) - old)
+        n = self._count.get(key, 0) + 1
+        self._count[key] = n
+        if n <= self.warmup:
+            return
+        ms = float(ms)
+        old = self._ms.get(key)  # the first used observation replaces a calibration seed, later ones are smoothed
+        if key in self._observed:
+            ms = min(max(ms, old / self.max_jump), old * self.max_jump)
+            new = old + self.smoothing * (ms - old)
+        else:
+            new = ms
         self._ms[key] = new
         if key in self._seed:
             kind = budget > 0
@@ -104,6 +125,10 @@ class CostModel:
                 self._offset_sum[kind] += new - self._seed[key]
                 self._offset_n[kind] += 1
         self._observed.add(key)
+
+    def observations(self, bs: int, budget: int) -> int:
+        """Rounds observed at the key of (bs, budget), warm-up rounds included."""
+        return self._count.get(self._key(bs, budget), 0)
 
     def cost(self, bs: int, budget: int) -> Optional[float]:
         """The smoothed observation; for a seeded but never observed key the seed plus the mean offset
@@ -187,19 +212,27 @@ class WidthPolicy:
     ``choose(bs, drafts)`` -> budget; ``rates(bs, drafts)`` -> {budget: predicted tokens per second or None}.
     Width 0 is chosen only when it pays; after ``probe_every`` consecutive width-0 rounds the next round drafts
     at the smallest positive bucket so that the accept model sees fresh scores. Buckets without a cost are
-    skipped; with no usable prediction the policy drafts at the smallest positive bucket.
+    skipped; with no usable prediction the policy drafts at the smallest positive bucket. Every
+    ``explore_every``-th choice goes to the least observed other bucket predicted within ``explore_within`` of
+    the best, so the costs next to the choice stay measured and a wrong estimate heals (at most one round in
+    ``explore_every`` at a bucket predicted that much slower).
     """
 
-    def __init__(self, budgets: Sequence[int], costs: CostModel, accept, *, probe_every: int = 16):
+    def __init__(self, budgets: Sequence[int], costs: CostModel, accept, *, probe_every: int = 16,
+                 explore_every: int = 32, explore_within: float = 0.5):
         if 0 not in budgets or sorted(budgets) != list(budgets):
             raise ValueError(f"budgets must be ascending and include 0, got {list(budgets)}")
-        if probe_every < 1:
-            raise ValueError(f"probe_every must be >= 1, got {probe_every}")
+        if probe_every < 1 or explore_every < 0 or not 0.0 < explore_within <= 1.0:
+            raise ValueError(f"probe_every must be >= 1, explore_every >= 0 (0: never) and explore_within in (0, 1], "
+                             f"got {probe_every}, {explore_every}, {explore_within}")
         self.budgets = tuple(budgets)
         self.costs = costs
         self.accept = accept
         self.probe_every = probe_every
+        self.explore_every = explore_every
+        self.explore_within = explore_within
         self._zero_run = 0
+        self._choices = 0
 
     def rates(self, bs: int, drafts=None) -> Dict[int, Optional[float]]:
         tokens = self.accept.expected_tokens(bs, self.budgets, drafts)
@@ -217,6 +250,11 @@ class WidthPolicy:
             self._zero_run = 0
             return smallest
         best = max(known, key=lambda b: (known[b], -b))  # equal rates: the smaller budget
+        self._choices += 1
+        if self.explore_every and self._choices % self.explore_every == 0:
+            near = [b for b, r in known.items() if b != best and r >= self.explore_within * known[best]]
+            if near:
+                return min(near, key=lambda b: (self.costs.observations(bs, b), -known[b]))
         if best == 0:
             self._zero_run += 1
             if self._zero_run > self.probe_every:

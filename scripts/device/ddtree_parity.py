@@ -72,6 +72,7 @@ CONFIGS = {
     "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
     "dd_fa3_b15_nooverlap": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True),
     "dd_fa3_auto_cycle": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True)),
+    "dd_fa3_auto": ddtree("auto", 8, backend="fa3"),
     # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
     "plain_triton_tp2": dict(attention_backend="triton", tp_size=2),
     "dd_triton_b64_tp2": ddtree(64, 8, tp_size=2),

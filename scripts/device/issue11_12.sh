@@ -10,6 +10,8 @@
 #                                                  # kernels natively, verify logits, sharp parity, T > 0, features;
 #                                                  # then its speed: SHAPE_CONFIGS=dflash+fa3,ddtree:15:8+fa3+fa3cascade,
 #                                                  # ddtree:15:8+fa3+fa3tree bash scripts/device/issue14.sh shape
+#     bash scripts/device/issue11_12.sh close      # the fused path as the default (switch unset): sharp parity
+#                                                  # b1 / b15 / auto on fa3, auto on triton; the trained pair on fa3
 # Device tool: carry [".device", ".fa3/sha.txt"] after staging the fa3 parts (../shared/device/README.md).
 # Results: $OUT/parallel.json + logs.tar.gz (scripts/device/parallel.sh), or the benchmark JSONs.
 set -u
@@ -60,8 +62,17 @@ case "${1:-}" in
       "sampling_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_sampling_gpu.py" \
       "features_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py"
     ;;
+  close)
+    # fa3 with the fused tree attention as the default (the switch unset): sharp parity at the budgets the
+    # tree run left out (1) and budget auto's own choices on fa3 and triton, and the trained pair on fa3
+    # (near-ties only, float32 margins)
+    unset SGLANG_DDTREE_FA3_TREE_ATTENTION
+    exec bash $PAR \
+      "parity_fa3=$MODELS /tmp/m_fa3 && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa3 --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b1,sharp:dd_fa3_auto,sharp:dd_fa3_b15,sharp:plain_triton,sharp:dd_triton_auto --deadline-s 440" \
+      "pair_fa3=$PYT test/worker/test_trained_pair_gpu.py -k fa3"
+    ;;
   *)
-    echo "usage: $0 checks|features|paired|tree" >&2
+    echo "usage: $0 checks|features|paired|tree|close" >&2
     exit 2
     ;;
 esac

@@ -159,7 +159,8 @@ def test_kv_lengths_by_release():
 
 
 @pytest.mark.parametrize("release, env, refused", [("0.5.19", "1", True), ("0.5.19", "0", False),
-                                                   ("0.5.18", "1", False)])
+                                                   ("0.5.19", "", False), ("0.5.18", "1", False),
+                                                   ("0.5.18", "", False)])
 def test_fa3_tree_attention_is_refused_where_the_release_cannot_carry_it(monkeypatch, release, env, refused):
     from sglang_ddtree import validation
     from sglang_ddtree.config import DDTreeArgumentError
@@ -169,6 +170,8 @@ def test_fa3_tree_attention_is_refused_where_the_release_cannot_carry_it(monkeyp
     monkeypatch.setattr(compat, "adapter", lambda: compat.adapter_for(release))
     if not refused:
         validation._check_release_features()
+        # unset: the fused path where the release carries it, the cascade where it does not
+        assert fa3_tree.enabled() is (env == "1" or (env == "" and release != "0.5.19"))
         return
     with pytest.raises(DDTreeArgumentError) as e:
         validation._check_release_features()

@@ -178,7 +178,7 @@ def test_gpu_check_names_the_backends_and_a_missing_fa3_library(monkeypatch, fa3
     assert ("FA3 library (flash_ops) is NOT installed" in check.detail) is (not fa3_installed)
 
 
-@pytest.mark.parametrize("switch", ["", "1"])
+@pytest.mark.parametrize("switch", ["0", "", "1"])
 def test_gpu_check_says_which_fa3_tree_verify_runs(monkeypatch, switch):
     import torch
 
@@ -190,6 +190,9 @@ def test_gpu_check_says_which_fa3_tree_verify_runs(monkeypatch, switch):
     monkeypatch.setattr(backends, "fa3_library_installed", lambda: True)
     monkeypatch.setenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", switch)
     detail = doctor.check_gpu().detail
-    want = ("DDTREE fused tree attention (SGLANG_DDTREE_FA3_TREE_ATTENTION=1)" if switch else
+    from sglang_ddtree.worker import fa3_tree
+
+    on = switch == "1" or (switch == "" and fa3_tree.release_supported())  # unset: on where the release carries it
+    want = ("DDTREE fused tree attention (SGLANG_DDTREE_FA3_TREE_ATTENTION=1)" if on else
             "upstream cascade (SGLANG_DDTREE_FA3_TREE_ATTENTION=0)")
     assert f"fa3 tree verify: {want}" in detail

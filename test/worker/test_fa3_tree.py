@@ -238,10 +238,19 @@ def test_no_static_buffer_for_backends_that_keep_upstreams_path(fused_on, monkey
 
 
 def test_the_switch(monkeypatch):
+    """Unset: on where the release carries the path (the cascade elsewhere); 1 on, 0 off."""
+    from sglang_ddtree.compat import adapter
+
     monkeypatch.delenv(fa3_tree.ENV, raising=False)
+    supported = fa3_tree.ENV not in adapter().refused_features()
+    assert fa3_tree.enabled() is supported and fa3_tree.release_supported() is supported
+    assert fa3_tree.explicitly_enabled() is False
+    monkeypatch.setattr(type(adapter()), "refused_features", lambda self: {fa3_tree.ENV: "changed upstream"})
+    assert fa3_tree.enabled() is False and fa3_tree.explicitly_enabled() is False
+    monkeypatch.setenv(fa3_tree.ENV, "0")
     assert fa3_tree.enabled() is False and hooks.fa3_hook_targets() == {}
     monkeypatch.setenv(fa3_tree.ENV, "1")
-    assert fa3_tree.enabled() is True
+    assert fa3_tree.enabled() is True and fa3_tree.explicitly_enabled() is True
     monkeypatch.setattr("sglang_ddtree.backends.fa3_library_installed", lambda: False)
     assert hooks.fa3_hook_targets() == {}  # no FA3 library: nothing to hook
     monkeypatch.setattr("sglang_ddtree.backends.fa3_library_installed", lambda: True)

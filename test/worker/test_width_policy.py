@@ -106,7 +106,7 @@ def test_table_accept_model_interpolates_in_log2():
 
 
 def test_cost_model_pads_batch_sizes_and_smooths():
-    c = CostModel([1, 8, 32], (0, 16), smoothing=0.5)
+    c = CostModel([1, 8, 32], (0, 16), smoothing=0.5, warmup=0)
     c.seed(8, 16, 10.0)
     assert c.cost(5, 16) == 10.0  # runs in the bs-8 graph
     assert c.cost(9, 16) is None
@@ -125,7 +125,7 @@ def test_cost_model_pads_batch_sizes_and_smooths():
 def test_cost_model_lends_observed_offsets_to_unobserved_buckets():
     """A calibration replays graphs alone; a round costs more (host work, eager glue). Unobserved keys take the
     mean offset of observed ones of the same kind (drafting or not), kept as running sums."""
-    c = CostModel([1, 8], (0, 3, 15), smoothing=0.5)
+    c = CostModel([1, 8], (0, 3, 15), smoothing=0.5, warmup=0)
     for bs in (1, 8):
         for b, ms in ((0, 0.2), (3, 0.5), (15, 0.6)):
             c.seed(bs, b, ms + bs * 0.01)
@@ -139,6 +139,42 @@ def test_cost_model_lends_observed_offsets_to_unobserved_buckets():
     assert c.cost(8, 0) == pytest.approx(0.28 + 0.2)
     table = c.table()
     assert len(table) == 6 and table[(1, 15)] == pytest.approx(2.1)
+
+
+def test_cost_model_skips_compiling_rounds_and_bounds_each_step():
+    """A key's first round compiles its kernels (seconds): counted, not used. Later rounds move the average by
+    at most max_jump each, so one stray round cannot swing the choice."""
+    c = CostModel([8], (0, 15), smoothing=0.5)  # warmup 1, max_jump 2 by default
+    c.seed(8, 15, 10.0)
+    c.observe(8, 15, 900.0)  # JIT compile of the first round at this width
+    assert c.cost(8, 15) == 10.0 and c.observations(8, 15) == 1
+    c.observe(8, 15, 12.0)  # replaces the seed
+    assert c.cost(8, 15) == pytest.approx(12.0)
+    c.observe(8, 15, 500.0)  # clipped to 24 before smoothing: 12 + 0.5 * 12
+    assert c.cost(8, 15) == pytest.approx(18.0)
+    c.observe(8, 15, 0.0)  # clipped to 9: 18 - 0.5 * 9
+    assert c.cost(8, 15) == pytest.approx(13.5)
+    assert c.observations(8, 15) == 4 and c.observations(8, 0) == 0
+    with pytest.raises(ValueError):
+        CostModel([8], (0, 15), max_jump=1.0)
+
+
+def test_policy_explores_the_least_observed_near_bucket():
+    """Every explore_every-th choice measures a bucket predicted within explore_within of the best, the least
+    observed one first, so a wrong estimate next to the choice heals; buckets predicted far worse are left alone."""
+    budgets = (0, 3, 15, 63)
+    costs = CostModel([8], budgets, warmup=0)
+    for b, ms in ((0, 5.0), (3, 5.5), (15, 7.0), (63, 40.0)):
+        costs.seed(8, b, ms)
+    table = TableAcceptModel({3: 2.5, 15: 3.5, 63: 4.0})  # rates: 0: 1600, 3: 3636, 15: 4000, 63: 800
+    policy = WidthPolicy(budgets, costs, table, explore_every=4, explore_within=0.5)
+    picks = [policy.choose(8) for _ in range(12)]
+    assert picks == [15, 15, 15, 3, 15, 15, 15, 3, 15, 15, 15, 3]  # 0 (1600 < 2000) and 63 never
+    costs.observe(8, 3, 5.5)
+    policy = WidthPolicy(budgets, costs, table, explore_every=4, explore_within=0.3)  # 0 is near now
+    assert [policy.choose(8) for _ in range(4)][-1] == 0  # never observed beats 3's one observation
+    with pytest.raises(ValueError):
+        WidthPolicy(budgets, costs, table, explore_within=0.0)
 
 
 def _costs(batch_sizes, budgets, *, step_ms=5.0, per_token_ms=0.004, fixed_ms=1.5):

@@ -12,11 +12,14 @@ the layer's own k / v, with each row's ancestor set as bit words (``ancestor_bit
 output through its LSE. (1) stays upstream's kernel with upstream's metadata; at graph replay only that
 metadata is built (``apply_cuda_graph_metadata``), not (2)'s per-row page table.
 
-Switch: ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` = 1 (this path) | 0 (upstream's cascade); unset = 0. The GPU
-checks of this path passed on the H200 (session 8: kernels natively incl. graph replay, node-by-node verify
-logits, sharp parity at budgets 15 / 64 / 256 / auto, graphs and overlap off, T > 0, features); it stays off by
-default until a paired speed A/B against the cascade says it is faster. The path applies to a layer only when nothing it does not handle is in play (``_fast_layer``);
-anything else runs upstream's ``forward_extend`` unchanged.
+Switch: ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` = 1 (this path) | 0 (upstream's cascade); unset = this path on the
+releases that can carry it (``release_supported``; the cascade elsewhere). The GPU checks of this path passed on
+the H200 (session 8: kernels natively incl. graph replay, node-by-node verify logits, sharp parity at budgets
+15 / 64 / 256 / auto, graphs and overlap off, T > 0, features), and it is faster than the cascade at every load
+measured: Qwen3-8B shape, budget 15, paired, ms per round at concurrency 1 / 8 / 32 / 64: 6.86 / 7.34 / 17.71 /
+36.06 against 7.36 / 8.96 / 20.36 / 43.14 (``benchmark/results/shape_8b_auto_h200_session9.json``). The path
+applies to a layer only when nothing it does not handle is in play (``_fast_layer``); anything else runs
+upstream's ``forward_extend`` unchanged.
 
 CUDA graphs: the verify graphs are warmed up and captured with a dummy spec input that has no tokens and no
 bits; the kernel then reads the backend's static bit buffer (``STATIC_BITS``, allocated with the backend's
@@ -39,9 +42,27 @@ ENV = "SGLANG_DDTREE_FA3_TREE_ATTENTION"
 STATIC_BITS = "_ddtree_tree_bits"  # attribute of the target's FlashAttentionBackend: [max tokens, NW] int32
 
 
+def release_supported() -> bool:
+    """Whether the installed SGLang release can carry this path (the compat adapter refuses it where upstream's
+    fa3 graph metadata changed)."""
+    from sglang_ddtree.compat import adapter
+
+    try:
+        return ENV not in adapter().refused_features()
+    except RuntimeError:  # no sglang installed: nothing runs anyway
+        return True
+
+
 def enabled() -> bool:
-    """The switch (module docstring); a value other than 0 / 1 is an error naming the variable."""
-    return env_switch(ENV, on="DDTREE's fused tree attention on fa3", off="upstream's cascade")
+    """The switch (module docstring): 1 on, 0 off, unset on where the release supports it; a value other than
+    0 / 1 is an error naming the variable."""
+    return env_switch(ENV, on="DDTREE's fused tree attention on fa3", off="upstream's cascade",
+                      default=release_supported())
+
+
+def explicitly_enabled() -> bool:
+    """The switch set to 1 by the user (validation refuses that on a release that cannot carry it)."""
+    return env_switch(ENV, on="DDTREE's fused tree attention on fa3", off="upstream's cascade", default=False)
 
 
 def _is_fa3_backend(backend) -> bool:

@@ -11,7 +11,7 @@ The policy itself (buckets, accept and cost models, argmax of expected tokens pe
                   the draft never see the others). Capture time and graph memory are logged per width.
 ``AutoWidth``     one decision per round, without a host sync: the choice reads what earlier rounds left in
                   pinned host buffers (their trees' expected accepted drafts per bucket, their observed accepted
-                  drafts, their GPU time between two CUDA events) only once their end event has completed
+                  drafts, their period between two rounds' start events) only once those events have completed
                   (``Event.query``), so the host never waits for the GPU. Start-up calibration replays each
                   captured verify graph per (batch size, bucket) and the draft graph per batch size.
 Interval statistics for the decode log and ``/metrics`` go to ``metrics.AUTO_STATS``.
@@ -176,20 +176,35 @@ def tree_build_ms(config: DDTreeConfig, batch_sizes: Sequence[int], device) -> D
 
 
 # ---- the per-round choice --------------------------------------------------------------------------------
-class _Pending:
-    __slots__ = ("bs", "budget", "start", "end", "host", "scored")
+def _pinned(n: int) -> torch.Tensor:
+    """A float32 host buffer the device copies into asynchronously (page-locked)."""
+    return torch.zeros(n, dtype=torch.float32, pin_memory=True)
 
-    def __init__(self, num_buckets: int):
+
+class _Pending:
+    __slots__ = ("bs", "budget", "start", "end", "next_start", "dev", "host", "scored", "closed", "linked")
+
+    def __init__(self, num_buckets: int, device):
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
-        # [sum of expected accepted drafts per bucket (num_buckets), observed accepted drafts, predicted at budget]
-        self.host = torch.zeros(num_buckets + 2, dtype=torch.float32, pin_memory=True)
+        self.next_start = torch.cuda.Event(enable_timing=True)  # the next decode round's start, when it follows
+        # [sum of expected accepted drafts per bucket (num_buckets), sum of accept lengths]: on the device, staged
+        # there by the round, then one async copy to pinned host memory
+        self.dev = torch.zeros(num_buckets + 1, dtype=torch.float32, device=device)
+        self.host = _pinned(num_buckets + 1)
         self.bs = self.budget = None
         self.scored = False  # the round carried a forecast (the largest bucket's tree scores)
+        self.closed = False  # the next round began (linked: its start recorded) or another forward came between
+        self.linked = False
 
 
 class AutoWidth:
-    """Chooses each round's budget (``choose``), and takes the round's results back (``begin`` / ``finish``)."""
+    """Chooses each round's budget (``choose``), and takes the round's results back (``begin`` / ``finish``).
+
+    A round's cost is its period on the GPU's timeline: from its start event to the next decode round's, so
+    it includes what the device waits for between rounds (the scheduler's host work, launches the overlap
+    scheduler does not hide), which is what throughput pays. A round followed by another forward (a prefill,
+    an idle batch: ``interrupt``) has no period and teaches the cost table nothing."""
 
     RING = 8  # rounds in flight whose numbers have not been read yet (overlap keeps one or two)
     FORECAST_EVERY = 4  # drafting rounds per forecast (the largest bucket's tree + expected drafts per bucket)
@@ -202,10 +217,11 @@ class AutoWidth:
         self.accept = accept_model(self.budgets)
         self.policy = WidthPolicy(self.budgets, self.costs, self.accept)
         self.forecast: Optional[DraftForecast] = None
-        self._ring = [_Pending(len(self.budgets)) for _ in range(self.RING)]
+        self._ring = [_Pending(len(self.budgets), device) for _ in range(self.RING)]
         self._next = 0
         self._drafting_rounds = 0
         self._inflight: collections.deque = collections.deque()
+        self._last: Optional[_Pending] = None  # the latest round begun, until the next one begins
         self._index = {b: i for i, b in enumerate(self.budgets)}
         self._budget_idx = torch.tensor(self.budgets, dtype=torch.int64, device=device)
 
@@ -254,43 +270,56 @@ class AutoWidth:
         self._drafting_rounds += 1
         return self._drafting_rounds % self.FORECAST_EVERY == 1 or self.forecast is None
 
+    def interrupt(self) -> None:
+        """Another forward (prefill, idle) runs before the next decode round: the latest round gets no period."""
+        if self._last is not None:
+            self._last.closed = True
+            self._last = None
+
     def begin(self, bs: int, budget: int) -> _Pending:
+        if self._last is not None:  # the previous decode round's period ends where this one starts
+            self._last.next_start.record()
+            self._last.linked = self._last.closed = True
         slot = self._ring[self._next]
         self._next = (self._next + 1) % self.RING
         if slot in self._inflight:  # never read back: drop it rather than wait (the ring is generous)
             self._inflight.remove(slot)
         slot.bs, slot.budget = bs, budget
+        slot.closed = slot.linked = False
         slot.start.record()
+        self._last = slot
         return slot
 
     def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: torch.Tensor) -> None:
-        """After the round's last launch: stage its numbers for a later ``choose`` (device ops + one async copy).
-        ``full_tree_scores`` [bs, N_max] of the round's tree at the largest budget (None at budget 0)."""
-        bs = slot.bs
+        """After the round's last launch: stage its numbers for a later ``choose`` (two device ops and one async
+        copy; a forecast round adds the per-bucket sums). ``full_tree_scores`` [bs, N_max] of the round's tree at
+        the largest budget, or None."""
         slot.scored = full_tree_scores is not None
-        stage = torch.zeros(len(self.budgets) + 2, dtype=torch.float32, device=accept_lens.device)
-        observed = accept_lens.sum(dtype=torch.float32) - bs
+        nb = len(self.budgets)
         if full_tree_scores is not None:
-            per_bucket = expected_drafts_at(full_tree_scores, self.budgets, index=self._budget_idx).sum(dim=0)
-            stage[: len(self.budgets)] = per_bucket
-            stage[-1] = per_bucket[self._index[slot.budget]]
-        stage[-2] = observed
-        slot.host.copy_(stage, non_blocking=True)
+            torch.sum(expected_drafts_at(full_tree_scores, self.budgets, index=self._budget_idx), dim=0,
+                      out=slot.dev[:nb])
+        torch.sum(accept_lens, dim=0, dtype=torch.float32, out=slot.dev[nb])
+        slot.host.copy_(slot.dev, non_blocking=True)
         slot.end.record()
         self._inflight.append(slot)
 
     def _drain(self) -> None:
-        """Read every finished round's numbers, oldest first; stop at the first one still running."""
-        while self._inflight and self._inflight[0].end.query():
-            slot = self._inflight.popleft()
-            ms = slot.start.elapsed_time(slot.end)
-            try:
-                self.costs.observe(slot.bs, slot.budget, ms)
-            except ValueError:  # a batch larger than max_batch_size: nothing to learn for the table
-                pass
+        """Read every finished round's numbers, oldest first; stop at the first one still running (or whose
+        period has not ended yet)."""
+        while self._inflight:
+            slot = self._inflight[0]
+            if not (slot.closed and slot.end.query() and (not slot.linked or slot.next_start.query())):
+                break
+            self._inflight.popleft()
+            if slot.linked:
+                try:
+                    self.costs.observe(slot.bs, slot.budget, slot.start.elapsed_time(slot.next_start))
+                except ValueError:  # a batch larger than max_batch_size: nothing to learn for the table
+                    pass
             values = slot.host.tolist()
             nb = len(self.budgets)
-            observed, predicted = values[nb], values[nb + 1]
+            observed, predicted = values[nb] - slot.bs, values[self._index[slot.budget]]
             if slot.scored and isinstance(self.accept, ScoreAcceptModel):
                 self.accept.observe(slot.budget, predicted, observed)
                 self.forecast = DraftForecast(slot.bs, values[:nb])

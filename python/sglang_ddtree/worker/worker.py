@@ -140,6 +140,9 @@ class DDTreeWorker(DFlashWorkerV2):
 
     # ---- the round ----------------------------------------------------------------------------
     def forward_batch_generation(self, batch, on_publish=None) -> GenerationBatchResult:
+        decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle())
+        if self._auto is not None and not decode:
+            self._auto.interrupt()  # budget auto: the last decode round's period would hold this forward
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
             return super().forward_batch_generation(batch, on_publish)
         # Refused per request on arrival (request_checks); a batch can only get here without them.

@@ -1,0 +1,104 @@
+"""``widths.AutoWidth``'s bookkeeping on the CPU, with a fake CUDA clock: a round's cost is its period from its
+start event to the next decode round's (host time between rounds included), nothing is read before its events
+completed, a round followed by another forward teaches no cost, and a key's first (compiling) round is not a
+measurement."""
+
+import pytest
+import torch
+
+from sglang_ddtree.config import DDTreeConfig
+from sglang_ddtree.worker import metrics, widths
+
+
+class _Clock:
+    now = 0.0  # ms on the fake GPU timeline
+    done_until = -1.0  # events recorded at or before this time have completed
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = _Clock.now
+
+    def query(self):
+        return self.t is not None and self.t <= _Clock.done_until
+
+    def elapsed_time(self, other):
+        assert self.query() and other.query(), "read before completion"
+        return other.t - self.t
+
+
+@pytest.fixture
+def auto(monkeypatch):
+    monkeypatch.setattr(widths.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(widths, "_pinned", lambda n: torch.zeros(n, dtype=torch.float32))
+    monkeypatch.delenv(widths.ACCEPT_TABLE_ENV, raising=False)
+    _Clock.now, _Clock.done_until = 0.0, -1.0
+    metrics.AUTO_STATS.reset()
+    return widths.AutoWidth(DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), [1, 8],
+                            max_batch_size=8, device="cpu")
+
+
+def _round(auto, bs, budget, *, span_ms, gap_ms, accepted=2, scores=None):
+    """One decode round at a fixed budget: begin, the device works span_ms, finish, the host works gap_ms."""
+    slot = auto.begin(bs, budget)
+    _Clock.now += span_ms
+    auto.finish(slot, scores, torch.full((bs,), 1 + accepted, dtype=torch.int32))
+    _Clock.now += gap_ms
+    return slot
+
+
+def test_cost_is_the_period_between_round_starts(auto):
+    _round(auto, 1, 15, span_ms=1000.0, gap_ms=0.0)  # the first round at (1, 15) compiles: not a measurement
+    for _ in range(3):
+        _round(auto, 1, 15, span_ms=1.0, gap_ms=2.0)  # 1 ms on the device, 2 ms of host work between rounds
+    assert auto.costs.cost(1, 15) is None  # nothing completed yet: nothing read
+    _Clock.done_until = _Clock.now
+    auto.choose(1)
+    # rounds 2 and 3 have periods (round 4 has no successor yet); round 1's 1000 ms was the warm-up
+    assert auto.costs.observations(1, 15) == 3
+    assert auto.costs.cost(1, 15) == pytest.approx(3.0)
+    assert metrics.AUTO_STATS.rounds_by_budget[15] == 3
+
+
+def test_a_round_followed_by_another_forward_teaches_no_cost(auto):
+    for _ in range(2):
+        _round(auto, 8, 7, span_ms=2.0, gap_ms=1.0)
+    auto.interrupt()  # a prefill runs now
+    _Clock.now += 50.0
+    _round(auto, 8, 7, span_ms=2.0, gap_ms=1.0)
+    _Clock.done_until = _Clock.now
+    auto.choose(8)
+    # round 1: warm-up; round 2 was followed by the prefill: no period; round 3: its successor has not begun
+    assert auto.costs.observations(8, 7) == 1 and auto.costs.cost(8, 7) is None
+    _round(auto, 8, 7, span_ms=2.0, gap_ms=1.0)
+    _Clock.done_until = _Clock.now
+    auto.choose(8)
+    assert auto.costs.cost(8, 7) == pytest.approx(3.0)  # round 3's period, not 53 ms
+
+
+def test_forecast_rounds_stage_expected_drafts_per_bucket(auto):
+    n = 64
+    scores = torch.full((8, n), float("-inf"))
+    scores[:, 0] = 0.0
+    scores[:, 1:4] = torch.log(torch.tensor([0.9, 0.5, 0.25]))  # 3 real nodes per request
+    _round(auto, 8, 3, span_ms=1.0, gap_ms=1.0, accepted=1, scores=scores)
+    _round(auto, 8, 3, span_ms=1.0, gap_ms=1.0)
+    _Clock.done_until = _Clock.now
+    auto.choose(8)
+    sums = dict(zip(auto.budgets, auto.forecast.sums))
+    assert auto.forecast.rows == 8 and sums[0] == 0.0
+    assert sums[1] == pytest.approx(8 * 0.9) and sums[3] == pytest.approx(8 * 1.65) and sums[63] == pytest.approx(sums[3])
+    stats = metrics.AUTO_STATS
+    assert stats.predicted == pytest.approx(8 * 1.65) and stats.observed == pytest.approx(8.0)
+    assert auto.accept.ratio_for(3) == pytest.approx(1.0 / 1.65)
+
+
+def test_nothing_is_read_before_its_events_complete(auto):
+    _round(auto, 1, 15, span_ms=1.0, gap_ms=1.0)
+    _round(auto, 1, 15, span_ms=1.0, gap_ms=1.0)
+    _Clock.done_until = 0.5  # the device is still inside the first round
+    auto.choose(1)
+    assert auto.costs.observations(1, 15) == 0 and metrics.AUTO_STATS.request_rounds == 0
