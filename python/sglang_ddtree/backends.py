@@ -29,12 +29,34 @@ ARCH_LIMITED_BACKENDS = {
 }
 
 # Chosen for the target when the user names no attention backend at all: the fastest tested one measured for
-# DDTREE. On the H200 (paired, tiny pair, benchmark/results/paired_fa3_h200_session5*.json) DDTREE b64 on fa3
-# against triton: per-repetition medians 0.94 / 0.98 / 1.06 at bs 1 / 16 / 48 (5 repetitions) and 0.91 / 0.86 /
-# 0.77 (3 repetitions): fa3 is not faster, so triton stays the default there; elsewhere triton is the backend
-# tested on every GPU (fa3 is a Hopper kernel library; flashinfer JIT-compiles for minutes at a first start).
+# DDTREE on the GPU at hand (``default_target_backend``). On Hopper (sm_90) with sgl_kernel's FA3 library and
+# DDTREE's fused tree attention on (``worker.fa3_tree``) that is fa3, SGLang's own Hopper default: at the
+# Qwen3-8B shape on the H200 (budget 15, paired) the fused fa3 round beat fa3's cascade at every concurrency,
+# 6.86 / 7.34 / 17.71 / 36.06 against 7.36 / 8.96 / 20.36 / 43.14 ms at c 1 / 8 / 32 / 64
+# (benchmark/results/shape_8b_auto_h200_session9.json), and the cascade was within 2.5 % of triton at c 1 and
+# 5 % faster at c 32 (7.40 vs 7.22, 20.06 vs 21.19 ms, shape_8b_h200_session7.json); on the tiny pair fa3 and
+# triton are within run-to-run noise (DDTREE b63 0.96 / 0.93 / 1.00 of triton at bs 1 / 16 / 48,
+# paired_tiny_pair_h200_session9.json). Everywhere else triton: the backend tested on every GPU (flashinfer
+# JIT-compiles for minutes at a first start; fa3 without the fused path was not faster than triton on the tiny
+# pair, paired_fa3_h200_session5*.json).
 DEFAULT_TARGET_ATTENTION_BACKEND = "triton"
-DEFAULT_REASON = "the fastest tested tree-verify backend measured for DDTREE on the H200"
+DEFAULT_REASON = "the tested tree-verify backend that runs on every GPU"
+HOPPER_TARGET_ATTENTION_BACKEND = "fa3"
+HOPPER_REASON = ("Hopper with sgl_kernel's FA3 library and DDTREE's fused tree attention: the fastest tested "
+                 "tree verify measured for DDTREE on the H200")
+
+
+def default_target_backend(capability, *, fa3_installed, fa3_fused) -> "tuple[str, str]":
+    """(backend, why) DDTREE picks for the target when the user names none: fa3 on Hopper (compute capability
+    9.x) when sgl_kernel's FA3 library is installed and the fused tree attention is on; triton otherwise
+    (capability None: no visible GPU). ``fa3_installed`` / ``fa3_fused``: bools, or callables asked only on
+    Hopper."""
+    def ask(x):
+        return bool(x() if callable(x) else x)
+
+    if capability is not None and capability[0] == 9 and ask(fa3_installed) and ask(fa3_fused):
+        return HOPPER_TARGET_ATTENTION_BACKEND, HOPPER_REASON
+    return DEFAULT_TARGET_ATTENTION_BACKEND, DEFAULT_REASON
 
 
 def tested_backends_text() -> str:

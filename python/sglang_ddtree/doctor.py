@@ -59,7 +59,7 @@ print("\n@@doctor@@" + json.dumps(results))
 
 # Compute capability -> (architecture, attention backends DDTREE can verify trees with there).
 _GPU_FAMILIES = {
-    (9, 0): ("Hopper", "triton (default), flashinfer, fa3 (tested on the H200; trtllm_mha has no tree mask)"),
+    (9, 0): ("Hopper", "triton, flashinfer, fa3 (tested on the H200; trtllm_mha has no tree mask)"),
     (10, 0): ("Blackwell (datacenter)", "triton, flashinfer (trtllm_mha has no tree mask)"),
     (10, 3): ("Blackwell (datacenter)", "triton, flashinfer (trtllm_mha has no tree mask)"),
     (12, 0): ("Blackwell (workstation/consumer)", "triton, flashinfer (trtllm_mha rejects SM120)"),
@@ -233,7 +233,16 @@ def check_gpu() -> Check:
 
             detail += (f"; fa3 tree verify: {'DDTREE fused tree attention' if fa3_tree.enabled() else 'upstream cascade'}"
                        f" ({fa3_tree.ENV}={'1' if fa3_tree.enabled() else '0'})")
+    detail += f"; with no --attention-backend DDTREE uses {_default_backend(cap)}"
     return Check("GPU", "OK", detail + "; " + _hybrid_note())
+
+
+def _default_backend(cap) -> str:
+    """The backend DDTREE picks on this GPU when the user names none (``backends.default_target_backend``)."""
+    from sglang_ddtree.backends import default_target_backend, fa3_library_installed
+    from sglang_ddtree.worker import fa3_tree
+
+    return default_target_backend(tuple(cap), fa3_installed=fa3_library_installed, fa3_fused=fa3_tree.enabled)[0]
 
 
 def _hybrid_note() -> str:

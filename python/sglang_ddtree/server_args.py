@@ -18,7 +18,7 @@ from typing import Optional, Union
 from sglang.srt.arg_groups.arg_utils import A, Arg
 from sglang.srt.server_args import ServerArgs
 
-from sglang_ddtree.backends import DEFAULT_REASON, DEFAULT_TARGET_ATTENTION_BACKEND, TESTED_TARGET_ATTENTION_BACKENDS
+from sglang_ddtree.backends import TESTED_TARGET_ATTENTION_BACKENDS, default_target_backend, fa3_library_installed
 from sglang_ddtree.config import (
     AUTO,
     AUTO_MAX_BUDGET,
@@ -90,10 +90,16 @@ class DDTreeServerArgs(ServerArgs):
         reject_unsupported_requested_backends(requested)
         self._ddtree_requested_attention_backends = requested
         if all(b is None for b in requested):
-            self.attention_backend = DEFAULT_TARGET_ATTENTION_BACKEND
+            from sglang_ddtree.validation import _cuda_capability
+            from sglang_ddtree.worker import fa3_tree
+
+            capability = _cuda_capability()
+            backend, why = default_target_backend(capability, fa3_installed=fa3_library_installed,
+                                                  fa3_fused=fa3_tree.enabled)
+            self.attention_backend = backend
             logger.warning(
                 "DDTREE: no --attention-backend given; using '%s' (%s; tree verify is tested with %s).",
-                DEFAULT_TARGET_ATTENTION_BACKEND, DEFAULT_REASON, ", ".join(TESTED_TARGET_ATTENTION_BACKENDS),
+                backend, why, ", ".join(TESTED_TARGET_ATTENTION_BACKENDS),
             )
 
 

@@ -173,9 +173,14 @@ def test_gpu_check_names_the_backends_and_a_missing_fa3_library(monkeypatch, fa3
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
     monkeypatch.setattr(backends, "fa3_library_installed", lambda: fa3_installed)
+    monkeypatch.delenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", raising=False)
+    from sglang_ddtree.worker import fa3_tree
+
     check = doctor.check_gpu()
-    assert check.status == "OK" and "triton (default), flashinfer, fa3" in check.detail
+    assert check.status == "OK" and "triton, flashinfer, fa3" in check.detail
     assert ("FA3 library (flash_ops) is NOT installed" in check.detail) is (not fa3_installed)
+    default = "fa3" if fa3_installed and fa3_tree.enabled() else "triton"
+    assert f"with no --attention-backend DDTREE uses {default}" in check.detail
 
 
 @pytest.mark.parametrize("switch", ["0", "", "1"])

@@ -196,6 +196,36 @@ def test_backends_that_run_on_the_gpu_are_accepted(parse, tiny_configs, monkeypa
     assert sa.attention_backend == backend
 
 
+@pytest.mark.parametrize("capability, installed, fused, want", [
+    ((9, 0), True, True, "fa3"), ((9, 0), False, True, "triton"), ((9, 0), True, False, "triton"),
+    ((8, 0), True, True, "triton"), ((10, 0), True, True, "triton"), ((12, 0), False, False, "triton"),
+    (None, True, True, "triton")])
+def test_default_backend_is_the_fastest_tested_one_on_the_gpu(capability, installed, fused, want):
+    """fa3 on Hopper with the FA3 library and the fused tree attention (measured fastest on the H200); triton
+    everywhere else (and without a visible GPU)."""
+    from sglang_ddtree.backends import arch_refusal, default_target_backend
+
+    backend, why = default_target_backend(capability, fa3_installed=installed, fa3_fused=fused)
+    assert backend == want and why and arch_refusal(backend, capability) is None
+
+
+def test_no_backend_named_on_a_hopper_gpu_picks_fa3_and_says_so(parse, tiny_configs, monkeypatch, ddtree_logs):
+    from sglang_ddtree import backends, validation
+
+    monkeypatch.setattr(validation, "_cuda_capability", lambda: (9, 0))
+    monkeypatch.setattr(backends, "fa3_library_installed", lambda: True)
+    monkeypatch.setattr("sglang_ddtree.server_args.fa3_library_installed", lambda: True)
+    monkeypatch.delenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", raising=False)
+    from sglang_ddtree.worker import fa3_tree
+
+    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"])
+    want = "fa3" if fa3_tree.enabled() else "triton"  # the fused path is on where the release carries it
+    assert sa.attention_backend == want
+    assert f"no --attention-backend given; using '{want}'" in ddtree_logs.text
+    monkeypatch.setenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", "0")
+    assert parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"]).attention_backend == "triton"
+
+
 def test_default_backend_runs_on_every_architecture_we_compile_for():
     from sglang_ddtree.backends import DEFAULT_TARGET_ATTENTION_BACKEND, arch_refusal, backends_for_capability
 
