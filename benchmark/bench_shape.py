@@ -499,7 +499,10 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
                      "base_tokens": args.base_tokens, "new_tokens": args.new_tokens,
                      "prompts": {"seed": args.seed, "length": args.prompt_len},
                      "engine": {**engine, "port": port, "nccl_port": port + 7,
-                                **engine_kwargs(spec, draft_dir, args.attention_backend)}}
+                                **engine_kwargs(spec, draft_dir, args.attention_backend),
+                                # budget auto's start-up cost table and per-interval choices are INFO lines:
+                                # its engine log (--log-dir) keeps them
+                                **({"log_level": "info"} if is_auto(spec) else {})}}
             env = config_env(spec, args.table)
             children[spec] = _Child(spec, setup, os.path.join(log_dir, f"engine_{shape}_{i}.log"), env)
             ready = children[spec].read(args.start_timeout_s)

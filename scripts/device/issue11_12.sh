@@ -47,10 +47,11 @@ case "${1:-}" in
     read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
     timeout 150 python3 benchmark/bench_tree.py --quick --heap-max-ms 30 --out "$OUT/bench_tree.json" > "$OUT/bench_tree.log" 2>&1
     echo "bench_tree rc=$?"; tail -n 25 "$OUT/bench_tree.log"
-    timeout -k 10 "${PAIRED_TIMEOUT_S:-400}" python3 benchmark/bench_paired.py --target "$TGT" --draft "$DRF" \
+    timeout -k 10 "${PAIRED_TIMEOUT_S:-400}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" --target "$TGT" --draft "$DRF" \
       --configs plain+fa3,dflash+fa3,dflash+triton,ddtree:64:8+fa3,ddtree:64:8+triton,ddtree:15:8+fa3 \
       --baselines dflash+fa3,dflash+triton,plain+fa3 --bs "${PAIRED_BS:-1,16,48}" --repeats "${PAIRED_REPEATS:-3}" \
       --num-prompts 16 --max-new-tokens 64 --out "$OUT/paired_fa3.json" 2>&1 | tail -n 60
+    (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     ls -la "$OUT"
     ;;
   tree)

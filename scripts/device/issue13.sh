@@ -34,10 +34,11 @@ case "${1:-}" in
     source scripts/device/plugin_env.sh
     eval "P=\"$PAIR\""
     # shellcheck disable=SC2086
-    timeout -k 10 "${PAIRED_TIMEOUT_S:-540}" python3 benchmark/bench_paired.py $P \
+    timeout -k 10 "${PAIRED_TIMEOUT_S:-540}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P \
       --configs plain+triton,plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+triton,ddtree:63:8+triton,ddtree:auto:8+triton \
       --baselines dflash+fa3,plain+fa3 --bs "${PAIRED_BS:-1,4,16,48,64}" --repeats "${PAIRED_REPEATS:-2}" \
       --num-prompts 64 --max-new-tokens 64 --out "$OUT/paired_auto.json" 2>&1 | tail -n 60
+    (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     ls -la "$OUT"
     ;;
   shape)

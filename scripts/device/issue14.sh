@@ -42,10 +42,11 @@ case "${1:-}" in
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
     read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
-    timeout -k 10 "${PAIRED_TIMEOUT_S:-200}" python3 benchmark/bench_paired.py --target "$TGT" --draft "$DRF" \
+    timeout -k 10 "${PAIRED_TIMEOUT_S:-200}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" --target "$TGT" --draft "$DRF" \
       --configs plain+fa3,plain+triton,dflash+fa3,ddtree:15:8+triton,ddtree:63:8+triton,ddtree:64:8+triton \
       --baselines plain+fa3,dflash+fa3 --bs 1 --repeats "${PAIRED_REPEATS:-5}" --num-prompts 16 \
       --max-new-tokens 64 --out "$OUT/paired_bs1.json" 2>&1 | tail -n 30
+    (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     timeout -k 10 "${SHAPE_TIMEOUT_S:-330}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
       --configs dflash+fa3,ddtree:15:8+flashinfer --baselines dflash+fa3 --concurrency 1,32 --repeats 1 \
       --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 --profile-dir "$OUT/prof" \
