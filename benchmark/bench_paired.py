@@ -46,6 +46,9 @@ class _FakeEngine:
     def shutdown(self):
         pass
 
+    def freeze_gc(self):  # +gcfreeze
+        pass
+
 
 def serve(args) -> int:
     """Child: one engine; reads one JSON command per stdin line, answers one ``_TAG`` line each."""

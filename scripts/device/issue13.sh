@@ -6,12 +6,17 @@
 #                                             # cycle, and a quick unpaired tiny-pair run whose engine log shows the
 #                                             # start-up calibration and policy
 #     bash scripts/device/issue13.sh paired   # tiny pair, paired: AR, DFLASH (fa3 + triton), fixed budgets, auto at
-#                                             # batch 1 / 4 / 16 / 48 / 64 (fa3 staged)
+#                                             # batch 1 / 4 / 16 / 48 / 64, budget 63 and auto also with the engine's
+#                                             # GC frozen after warm-up (+gcfreeze: session 9 saw auto gain ~20 % at
+#                                             # bs 1 from it) (fa3 staged; PAIRED_CONFIGS overrides)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
-#                                             # AR and DFLASH on fa3, DDTREE b15 fa3, b63 triton and auto triton at
-#                                             # concurrency 1..64, 2 repetitions; auto decides from the paper's accept
-#                                             # table (the one the projection uses) and its verified budgets per window
-#                                             # come back in the JSON (fa3 staged). Plots: bench_shape.py --plot.
+#                                             # AR and DFLASH on fa3, DDTREE b15 on fa3 (fused tree attention, the
+#                                             # default) and on triton, auto on fa3, 2 repetitions; auto decides from
+#                                             # the paper's accept table (the one the projection uses) and its verified
+#                                             # budgets per window come back in the JSON; its engine log (INFO) holds
+#                                             # the start-up cost table (fa3 staged). Plots: bench_shape.py --plot.
+#                                             # Concurrency 1,2,4,8 by default: SHAPE_CONCURRENCY=16,32,64 in a second
+#                                             # call (session 9: 5 engines x 4 levels x 2 reps took 404 s).
 # Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts for `paired` / `shape`).
 # Env (shape): SHAPE_CONFIGS, SHAPE_BASELINES, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_ACCEPT_TABLE, SHAPE_TIMEOUT_S.
 set -u
@@ -35,7 +40,7 @@ case "${1:-}" in
     eval "P=\"$PAIR\""
     # shellcheck disable=SC2086
     timeout -k 10 "${PAIRED_TIMEOUT_S:-540}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P \
-      --configs plain+triton,plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+triton,ddtree:63:8+triton,ddtree:auto:8+triton \
+      --configs "${PAIRED_CONFIGS:-plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:63:8+fa3+gcfreeze,ddtree:auto:8+fa3,ddtree:auto:8+fa3+gcfreeze}" \
       --baselines dflash+fa3,plain+fa3 --bs "${PAIRED_BS:-1,4,16,48,64}" --repeats "${PAIRED_REPEATS:-2}" \
       --num-prompts 64 --max-new-tokens 64 --out "$OUT/paired_auto.json" 2>&1 | tail -n 60
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
@@ -52,8 +57,8 @@ case "${1:-}" in
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
     timeout -k 10 "${SHAPE_TIMEOUT_S:-550}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
-      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:63:8+triton,ddtree:auto:8+triton}" \
-      --baselines "${SHAPE_BASELINES:-dflash+fa3,plain+fa3}" --concurrency "${SHAPE_CONCURRENCY:-1,2,4,8,16,32,64}" \
+      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+triton,ddtree:auto:8+fa3}" \
+      --baselines "${SHAPE_BASELINES:-dflash+fa3,plain+fa3}" --concurrency "${SHAPE_CONCURRENCY:-1,2,4,8}" \
       --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
       ${SHAPE_ACCEPT_TABLE:+--accept-table "$SHAPE_ACCEPT_TABLE"} \
       --log-dir "$OUT/logs" --out "$OUT/shape_auto.json" 2>&1 | tail -n 90

@@ -47,6 +47,25 @@ def test_environment_modifiers(monkeypatch):
     assert var not in os.environ
 
 
+def test_after_warmup_modifiers():
+    """+gcfreeze changes no engine argument or variable; it freezes the warm engine's garbage collector."""
+    assert bench_e2e.engine_kwargs("ddtree:auto:8+fa3+gcfreeze", "D", "triton") == bench_e2e.engine_kwargs(
+        "ddtree:auto:8+fa3", "D", "triton")
+    assert bench_e2e.engine_env("ddtree:63:8+gcfreeze") == {}
+
+    class Engine:
+        frozen = 0
+
+        def freeze_gc(self):
+            self.frozen += 1
+
+    e = Engine()
+    bench_e2e.after_warmup(e, "ddtree:63:8+fa3")
+    assert e.frozen == 0
+    bench_e2e.after_warmup(e, "ddtree:63:8+gcfreeze+fa3")
+    assert e.frozen == 1
+
+
 def test_summary_counts_outputs_equal_to_plain(capsys):
     def rec(config, outs):
         return {"config": config, "by_bs": {"1": {"outputs": outs, "tokens_per_s": 1.0, "mean_accept_length": None}}}
