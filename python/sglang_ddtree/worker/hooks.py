@@ -14,8 +14,11 @@
 - ``dflash_utils.validate_dflash_request``: DDTREE's per-request refusals (``request_checks``).
 - ``FlashAttentionBackend.forward_extend`` / ``init_cuda_graph_state`` / ``_apply_cuda_graph_metadata``: fa3's
   tree verify through DDTREE's
-  fused tree-attention kernel (``fa3_tree``); registered only when that path is on (``fa3_tree.enabled``:
-  ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` unset or 1, on a release that carries it) and sgl_kernel's FA3 library is installed, so other servers never import the fa3 backend for it.
+  fused tree-attention kernel (``fa3_tree``); registered when that path is on (``fa3_tree.enabled``:
+  ``SGLANG_DDTREE_FA3_TREE_ATTENTION`` unset or 1, on a release that carries it) and sgl_kernel's FA3 library is
+  installed (elsewhere the fa3 backend is never imported for them). In a process that serves no DDTREE verify they
+  pass straight through to upstream (one type check per call: ``fa3_tree.backend_serves_ddtree``, the verify input's
+  type); ``SGLANG_DDTREE_FA3_TREE_ATTENTION=0`` keeps them out entirely.
 ``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
 """
 
