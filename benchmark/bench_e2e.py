@@ -12,7 +12,8 @@ GPU, versions and the exact command.
         --configs plain,dflash,ddtree:16:4,ddtree:64:8 [--bs 1,16] [--attention-backend triton]
 Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>`` (budget an integer or ``auto``), optionally
 ``+nograph`` / ``+nooverlap``, an attention backend (``+fa3`` ...), ``+gcfreeze`` (freeze the engine's garbage
-collector after warm-up).
+collector after warm-up), ``+gclog`` (log every collection of the scheduler with its duration, INFO level:
+``benchmark/gc_log_summary.py`` totals them).
 ``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
 them with ``benchmark/analyze_trace.py``).
 """
@@ -112,11 +113,15 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
                 speculative_ddtree_topk=int(topk))
 
 
-_MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True)}
+_MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True),
+              # every garbage collection of the scheduler with its duration in the engine log (SGLang's own GC
+              # logger, SGLANG_LOG_GC=1, INFO lines): benchmark/gc_log_summary.py totals them
+              "gclog": dict(log_level="info")}
 # Config modifiers that set environment variables of the engine's processes (``engine_env``).
 ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
     "fa3cascade": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "0"},  # fa3: upstream's cascade tree verify
+    "gclog": {"SGLANG_LOG_GC": "1"},  # with _MODIFIERS["gclog"]
 }
 
 

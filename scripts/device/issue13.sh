@@ -9,6 +9,8 @@
 #                                             # batch 1 / 4 / 16 / 48 / 64, budget 63 and auto also with the engine's
 #                                             # GC frozen after warm-up (+gcfreeze: session 9 saw auto gain ~20 % at
 #                                             # bs 1 from it) (fa3 staged; PAIRED_CONFIGS overrides)
+#     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
+#                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
 #                                             # AR and DFLASH on fa3, DDTREE b15 on fa3 (fused tree attention, the
 #                                             # default) and on triton, auto on fa3, 2 repetitions; auto decides from
@@ -46,6 +48,23 @@ case "${1:-}" in
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     ls -la "$OUT"
     ;;
+  gc)
+    # How much of a round the scheduler's garbage collector takes, budget auto vs budget 63 vs plain (tiny pair,
+    # fa3, paired): every collection logged with its duration (+gclog), totalled per engine log.
+    OUT=${OUT:-/tmp/gc_out}
+    mkdir -p "$OUT"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    eval "P=\"$PAIR\""
+    # shellcheck disable=SC2086
+    timeout -k 10 "${PAIRED_TIMEOUT_S:-400}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P \
+      --configs plain+fa3+gclog,ddtree:63:8+fa3+gclog,ddtree:auto:8+fa3+gclog,ddtree:auto:8+fa3+gcfreeze+gclog \
+      --baselines plain+fa3+gclog --bs "${PAIRED_BS:-1,16}" --repeats "${PAIRED_REPEATS:-3}" --num-prompts 32 \
+      --max-new-tokens 64 --out "$OUT/paired_gc.json" 2>&1 | grep -v "GC start\|GC end" | tail -n 30
+    python3 benchmark/gc_log_summary.py "$OUT"/paired_logs/engine_*.log --json "$OUT/gc_summary.json"
+    (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
+    ls -la "$OUT"
+    ;;
   shape)
     # Budget: session 7's 4-engine 8B-shape call (c 1 / 32, 2 reps, profiles) took 484 s of which the first
     # engine's start on a fresh machine was 146 s; five engines here (auto adds its per-bucket verify graphs),
@@ -67,7 +86,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|paired|shape" >&2
+    echo "usage: $0 auto|paired|gc|shape" >&2
     exit 2
     ;;
 esac

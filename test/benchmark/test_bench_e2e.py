@@ -59,6 +59,9 @@ def test_after_warmup_modifiers():
         def freeze_gc(self):
             self.frozen += 1
 
+    # +gclog: SGLang's GC logger (an environment variable) at INFO level (an engine argument)
+    assert bench_e2e.engine_kwargs("ddtree:63:8+gclog", "D", "triton")["log_level"] == "info"
+    assert bench_e2e.engine_env("ddtree:63:8+fa3+gclog") == {"SGLANG_LOG_GC": "1"}
     e = Engine()
     bench_e2e.after_warmup(e, "ddtree:63:8+fa3")
     assert e.frozen == 0
