@@ -108,9 +108,16 @@ def prepare_server_args_one_line_errors(original, argv):
     ``launch_server`` / ``sglang serve``): a DDTREE configuration error is printed as one line, as
     argparse prints its own, and exits with status 2 instead of a traceback. Every other exception
     (upstream's own errors, genuine crashes) propagates unchanged; ``sglang.Engine`` never goes
-    through here and gets the ``ValueError``."""
+    through here and gets the ``ValueError``. From SGLang 0.5.19 parsing no longer resolves (the launcher's
+    ``run_server`` does, right after): a DDTREE configuration is resolved here, through the compat adapter, so
+    that its validation still runs inside this hook."""
+    from sglang_ddtree.compat import adapter
+
     try:
-        return original(argv)
+        server_args = original(argv)
+        if is_ddtree(server_args.speculative_algorithm):
+            adapter().resolve(server_args)  # 0.5.16-0.5.18: __post_init__ already resolved; nothing to do
+        return server_args
     except DDTreeArgumentError as e:
         print(f"sglang: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

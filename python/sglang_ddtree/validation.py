@@ -42,6 +42,9 @@ from sglang_ddtree.hybrid_args import refuse_unless_enabled
 
 logger = logging.getLogger(__name__)
 
+# The source DDTREE's resolved fields are recorded under (the declaration stash, from SGLang 0.5.19).
+_SOURCE = "sglang_ddtree.validation.handle_ddtree_server_args"
+
 # Native speculative fields DDTREE derives itself; setting them by hand is a conflict, not a hint.
 _DERIVED_FIELDS = {
     "speculative_num_draft_tokens": f"derived as {BUDGET_FLAG} + 1",
@@ -68,13 +71,16 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
             TOPK_FLAG, topk, BUDGET_FLAG, budget, budget, TOPK_FLAG, budget,
         )
         topk = budget
-    server_args.speculative_ddtree_budget = requested
-    server_args.speculative_ddtree_topk = topk
+    from sglang.srt.arg_groups.overrides import resolved_view
+
+    from sglang_ddtree.compat import adapter
+
+    # Through the adapter: from 0.5.19 resolution is a declaration (what the config bags are projected from).
+    adapter().resolve_fields(server_args, _SOURCE, {"speculative_ddtree_budget": requested,
+                                                    "speculative_ddtree_topk": topk})
 
     _check_platform_and_parallelism(server_args)
     if requested == AUTO:
-        from sglang_ddtree.compat import adapter
-
         family = adapter().family
         if family != "0.5.16":
             raise DDTreeArgumentError(
@@ -102,12 +108,11 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     from sglang.srt.arg_groups.speculative_hook import _handle_dflash
 
     _handle_dflash(server_args)
-    block_size = int(server_args.speculative_num_draft_tokens)
+    block_size = int(resolved_view(server_args).speculative_num_draft_tokens)  # a declaration from 0.5.19
 
-    server_args.speculative_dflash_block_size = block_size
-    server_args.speculative_num_steps = 1
-    server_args.speculative_eagle_topk = topk
-    server_args.speculative_num_draft_tokens = budget + 1
+    adapter().resolve_fields(server_args, _SOURCE, {
+        "speculative_dflash_block_size": block_size, "speculative_num_steps": 1, "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": budget + 1})
     config = DDTreeConfig.from_server_args(server_args)
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):  # opted in (_check_unsupported_features)
@@ -144,23 +149,24 @@ def _reject_hand_set_derived_fields(server_args) -> None:
 def _check_platform_and_parallelism(server_args) -> None:
     from sglang.srt.arg_groups.overrides import resolved_view
 
-    if not str(server_args.device).startswith("cuda"):
+    view = resolved_view(server_args)  # what resolution decided so far (from 0.5.19 the fields stay raw)
+    if not str(view.device).startswith("cuda"):
         raise DDTreeArgumentError(
-            f"--speculative-algorithm DDTREE runs on CUDA GPUs only, got --device {server_args.device}."
+            f"--speculative-algorithm DDTREE runs on CUDA GPUs only, got --device {view.device}."
         )
-    if server_args.pp_size != 1:
+    if view.pp_size != 1:
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE does not support pipeline parallelism yet: "
-            f"--pp-size must be 1, got {server_args.pp_size}."
+            f"--pp-size must be 1, got {view.pp_size}."
         )
-    if resolved_view(server_args).enable_dp_attention:
+    if view.enable_dp_attention:
         raise DDTreeArgumentError(
             "--speculative-algorithm DDTREE does not support --enable-dp-attention yet."
         )
-    if server_args.page_size is not None and server_args.page_size > 1:
+    if view.page_size is not None and view.page_size > 1:
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE supports --page-size 1 only for now, got "
-            f"--page-size {server_args.page_size}."
+            f"--page-size {view.page_size}."
         )
 
 

@@ -178,3 +178,113 @@ def test_fa3_tree_attention_is_refused_where_the_release_cannot_carry_it(monkeyp
     assert str(e.value).startswith(f"{fa3_tree.ENV}=1 is not supported with --speculative-algorithm DDTREE on "
                                    "sglang 0.5.19: FlashAttentionBackend._apply_cuda_graph_metadata changed")
     assert "unset it" in str(e.value) and "\n" not in str(e.value)
+
+
+def _declare_resolution(server_args, source, **fields):
+    """0.5.19's ``overrides.declare_resolution``: an entry in the record's declaration stash, no field written."""
+    stash = getattr(server_args, "_resolved_overrides", None)
+    if stash is None:
+        stash = server_args._resolved_overrides = []
+    stash.append((source, dict(fields)))
+
+
+def _unresolved_ddtree_args(**fields):
+    return types.SimpleNamespace(**{
+        "speculative_algorithm": "DDTREE", "speculative_draft_model_path": "drafter", "speculative_ddtree_budget": None,
+        "speculative_ddtree_topk": None, "speculative_num_draft_tokens": None, "speculative_eagle_topk": None,
+        "speculative_num_steps": None, "speculative_dflash_block_size": None, "speculative_draft_window_size": None,
+        "speculative_adaptive": False, "speculative_draft_attention_backend": None, "device": "cuda", "pp_size": 1,
+        "tp_size": 1, "page_size": 1, "enable_dp_attention": False, "attention_backend": "triton",
+        "prefill_attention_backend": None, "decode_attention_backend": None, "disaggregation_mode": "null", **fields})
+
+
+@pytest.mark.parametrize("release", ["0.5.16", "0.5.18", "0.5.19"])
+def test_ddtree_widths_are_the_resolution_result(monkeypatch, release):
+    """From 0.5.19 resolution declares: ``_handle_dflash`` puts the drafter's widths (verify width = block size L,
+    topk 1) in the record's stash and leaves the fields raw, and the config bags are projected from the stash (last
+    writer wins). DDTREE's widths must then be declared after them, and be on the record too, where
+    ``DDTreeConfig.from_server_args`` reads them. Before 0.5.19 the record's fields are the result (plain writes).
+    Upstream's pipeline is stood in (with 0.5.19's semantics), so this runs against every release."""
+    from sglang.srt.arg_groups import overrides, speculative_hook
+
+    from sglang_ddtree import validation
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker import fa3_tree
+
+    a = compat.adapter_for(release)
+    declares = a.family == "0.5.19"
+    monkeypatch.setattr(compat, "adapter", lambda: a)
+    monkeypatch.setenv(fa3_tree.ENV, "")
+    if not hasattr(overrides, "declare_resolution"):  # releases before 0.5.19
+        monkeypatch.setattr(overrides, "declare_resolution", _declare_resolution, raising=False)
+
+    def handle_dflash(server_args):
+        widths = dict(speculative_num_steps=1, speculative_eagle_topk=1, speculative_num_draft_tokens=16)
+        if declares:
+            _declare_resolution(server_args, "_handle_dflash", **widths)
+        else:
+            vars(server_args).update(widths)
+
+    monkeypatch.setattr(speculative_hook, "_handle_dflash", handle_dflash)
+    server_args = _unresolved_ddtree_args()
+    config = validation.handle_ddtree_server_args(server_args)
+
+    expected = dict(speculative_ddtree_budget=64, speculative_ddtree_topk=8, speculative_dflash_block_size=16,
+                    speculative_num_steps=1, speculative_eagle_topk=8, speculative_num_draft_tokens=65)
+    view = overrides.resolved_view(server_args)  # the declarations over the fields: what the projection reads
+    assert {name: getattr(view, name) for name in expected} == expected
+    assert {name: getattr(server_args, name) for name in expected} == expected
+    assert config == DDTreeConfig(64, 8, 16) == DDTreeConfig.from_server_args(server_args)
+    declared = [source for source, _ in getattr(server_args, "_resolved_overrides", ())]
+    assert declared == ([validation._SOURCE, "_handle_dflash", validation._SOURCE] if declares else [])
+
+
+def test_resolution_after_construction_by_release():
+    calls = []
+    server_args = types.SimpleNamespace(resolve_once=lambda: calls.append("resolve_once"))
+    compat.adapter_for("0.5.18").resolve(server_args)  # ServerArgs.__post_init__ resolved already
+    assert calls == []
+    compat.adapter_for("0.5.19").resolve(server_args)
+    assert calls == ["resolve_once"]
+
+
+@pytest.mark.parametrize("algorithm, resolved", [("DDTREE", True), ("EAGLE", False), (None, False)])
+def test_cli_parsing_resolves_ddtree_args_inside_the_one_line_error_hook(monkeypatch, capsys, algorithm, resolved):
+    """From 0.5.19 ``prepare_server_args`` returns the raw input (``run_server`` resolves right after); the hook
+    resolves a DDTREE configuration through the adapter, so a DDTREE error is still one line and exit status 2."""
+    from sglang_ddtree.config import DDTreeArgumentError
+    from sglang_ddtree.server_args import prepare_server_args_one_line_errors
+
+    a, seen = compat.adapter_for("0.5.19"), []
+    monkeypatch.setattr(compat, "adapter", lambda: a)
+    monkeypatch.setattr(a, "resolve", lambda server_args: seen.append(server_args))
+    parsed = types.SimpleNamespace(speculative_algorithm=algorithm)
+    assert prepare_server_args_one_line_errors(lambda argv: parsed, ["argv"]) is parsed
+    assert seen == ([parsed] if resolved else [])
+    if not resolved:
+        return
+
+    def refuse(server_args):
+        raise DDTreeArgumentError("--speculative-ddtree-budget must be in [1, 1024], got 0.")
+
+    monkeypatch.setattr(a, "resolve", refuse)
+    with pytest.raises(SystemExit) as e:
+        prepare_server_args_one_line_errors(lambda argv: parsed, ["argv"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "sglang: error: --speculative-ddtree-budget must be in [1, 1024], got 0.\n"
+
+
+def test_0_5_19_drafter_copy_declares_its_widths(monkeypatch):
+    """A resolved 0.5.19 record's stash declares the target's widths (65, 8); the drafter's copy gets (16, 1) on its
+    fields and, declared last, in its stash, where upstream's resolving_view reads them (a stand-in record)."""
+    from sglang.srt.arg_groups import overrides
+
+    if not hasattr(overrides, "declare_resolution"):  # releases before 0.5.19
+        monkeypatch.setattr(overrides, "declare_resolution", _declare_resolution, raising=False)
+    widths = ("speculative_num_draft_tokens", "speculative_eagle_topk")
+    copy = types.SimpleNamespace(speculative_num_draft_tokens=65, speculative_eagle_topk=8,
+                                 _resolved_overrides=[("ddtree", {"speculative_num_draft_tokens": 65,
+                                                                  "speculative_eagle_topk": 8})])
+    compat.adapter_for("0.5.19").write_fields(copy, "ddtree.draft_view", dict(zip(widths, (16, 1))))
+    view = overrides.resolved_view(copy)
+    assert [getattr(copy, n) for n in widths] == [getattr(view, n) for n in widths] == [16, 1]

@@ -14,12 +14,17 @@ DDTREE = ["--speculative-algorithm", "DDTREE"]
 
 @pytest.fixture
 def parse(sglang_with_plugin, tiny_configs):
-    """prepare_server_args exactly as `python -m sglang.launch_server` calls it."""
+    """prepare_server_args exactly as `python -m sglang.launch_server` calls it, then the resolution the
+    launcher runs before reading the result (from SGLang 0.5.19 a separate step: compat adapter ``resolve``)."""
     from sglang.srt.server_args import prepare_server_args
+
+    from sglang_ddtree.compat import adapter
 
     def _parse(*extra, target=None):
         argv = ["--model-path", target or tiny_configs["target"], "--device", "cuda", "--skip-tokenizer-init"]
-        return prepare_server_args(argv + list(extra))
+        server_args = prepare_server_args(argv + list(extra))
+        adapter().resolve(server_args)
+        return server_args
 
     return _parse
 
@@ -53,12 +58,17 @@ def ddtree_logs():
 
 @pytest.fixture
 def engine_args(sglang_with_plugin, tiny_configs):
-    """The server-args class sglang.Engine(**kwargs) constructs."""
+    """The server-args class sglang.Engine(**kwargs) constructs, resolved as the engine resolves it before
+    launching (compat adapter ``resolve``)."""
     from sglang.srt.entrypoints.engine import Engine
+
+    from sglang_ddtree.compat import adapter
 
     def _make(**kwargs):
         base = dict(model_path=tiny_configs["target"], device="cuda", skip_tokenizer_init=True)
-        return Engine.server_args_class(**{**base, **kwargs})
+        server_args = Engine.server_args_class(**{**base, **kwargs})
+        adapter().resolve(server_args)
+        return server_args
 
     return _make
 
@@ -71,6 +81,12 @@ def test_defaults_map_onto_native_fields(parse, tiny_configs, ddtree_logs):
     assert sa.speculative_eagle_topk == 8
     assert sa.speculative_num_steps == 1
     assert sa.speculative_dflash_block_size == 16  # read from the drafter's config
+    # What upstream's config projection reads (from 0.5.19 the declarations, where _handle_dflash declared the
+    # drafter's widths 16 / 1 first) agrees with the fields.
+    from sglang.srt.arg_groups.overrides import resolved_view
+
+    view = resolved_view(sa)
+    assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk, view.speculative_ddtree_budget) == (65, 8, 64)
     assert sa.attention_backend == "triton"
     assert "no --attention-backend given; using 'triton'" in ddtree_logs.text
     assert "budget=64 topk=8 drafter block size=16" in ddtree_logs.text
@@ -298,20 +314,23 @@ def test_cpu_device_is_refused(sglang_with_plugin, tiny_configs, capsys):
         r"runs on CUDA GPUs only, got --device cpu")
 
 
-def test_hybrid_target_is_refused(hybrid_target, tiny_configs):
+def test_hybrid_target_is_refused(hybrid_target, tiny_configs, monkeypatch):
     # Upstream's own Mamba checks need a GPU before speculative validation runs, so validate the
     # loaded configs directly here; on a GPU the same check runs inside ServerArgs.__post_init__.
     import types
 
     from transformers import AutoConfig
 
+    from sglang_ddtree.compat import adapter
     from sglang_ddtree.validation import _check_unsupported_features, is_hybrid_linear_attention
 
     hybrid, dense = AutoConfig.from_pretrained(hybrid_target), AutoConfig.from_pretrained(tiny_configs["target"])
     assert is_hybrid_linear_attention(hybrid) and not is_hybrid_linear_attention(dense)
     args = types.SimpleNamespace(speculative_draft_window_size=None, speculative_adaptive=False,
-                                 disaggregation_mode="null",
-                                 get_model_config=lambda: types.SimpleNamespace(hf_config=hybrid))
+                                 disaggregation_mode="null")
+    # The target's model config as the installed release's adapter reads it (0.5.16: get_model_config(),
+    # 0.5.19: ModelConfig.from_server_args), stood in.
+    monkeypatch.setattr(adapter(), "target_model_config", lambda server_args: types.SimpleNamespace(hf_config=hybrid))
     with pytest.raises(ValueError, match=r"does not support hybrid linear-attention \(Mamba/GDN\) targets yet; "
                                          r"the target architecture is Qwen3NextForCausalLM"):
         _check_unsupported_features(args)
@@ -335,7 +354,9 @@ def test_budget_auto_refuses_releases_whose_backends_read_get_spec(engine_args, 
 
     import sglang_ddtree.compat as compat
 
-    monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.17"))
+    installed = compat.adapter()  # its resolution, another family's name
+    monkeypatch.setattr(compat, "adapter",
+                        lambda: types.SimpleNamespace(family="0.5.17", resolve_fields=installed.resolve_fields))
     with pytest.raises(ValueError, match=r"--speculative-ddtree-budget auto needs SGLang 0.5.16 for now .* "
                                          r"installed family 0.5.17; use a fixed budget"):
         engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],

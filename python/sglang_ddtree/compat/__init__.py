@@ -137,6 +137,11 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
            "compat adapter 0.5.18: the width fields of the drafter's copy (worker.draft_view) and of the target "
            "while budget auto builds a bucket (worker.widths)", ATTR,
            ">=0.5.18,<0.5.19"),
+    Symbol("sglang.srt.arg_groups.overrides.declare_resolution",
+           "compat adapter 0.5.19: DDTREE's resolved fields declared in the stash the config bags are projected "
+           "from (validation), and the drafter's widths in its copy's (worker.draft_view)", ATTR, ">=0.5.19"),
+    *_on(_SERVER_ARGS, MEMBER, ">=0.5.19",
+         resolve_once="compat adapter 0.5.19: resolution after construction (tests' parse and Engine paths)"),
     *_on(_SERVER_ARGS, FIELD,
          speculative_algorithm="is this DDTREE (config.is_ddtree, DDTreeServerArgs)",
          speculative_draft_model_path="validation (drafter check), draft block size",
@@ -178,7 +183,9 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol("sglang.srt.arg_groups.arg_utils.Arg", "flag declarations"),
     _params("sglang.srt.arg_groups.arg_utils.Arg", "help", "flag help text"),
     Symbol("sglang.srt.arg_groups.speculative_hook._handle_dflash", "drafter block size / draft backend"),
-    Symbol("sglang.srt.arg_groups.overrides.resolved_view", "reading resolved attention backends / dp attention"),
+    Symbol("sglang.srt.arg_groups.overrides.resolved_view",
+           "validation: reading resolved device / parallelism / page size / attention backends, and the drafter "
+           "block size _handle_dflash resolved (a declaration from 0.5.19)"),
     Symbol("sglang.srt.arg_groups.overrides.attention_backends_of", "reading resolved attention backends"),
     Symbol("sglang.srt.runtime_context.get_spec", "compat adapter 0.5.17: the drafter's widths, scoped", ATTR,
            ">=0.5.17"),

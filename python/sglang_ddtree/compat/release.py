@@ -24,7 +24,7 @@ FAMILIES: Tuple[Family, ...] = (
     Family("0.5.16", "sglang_0_5_16", "the baseline: runners read their own server_args (0.5.17: also get_spec())"),
     Family("0.5.17", "sglang_0_5_17", "backends, graph runners and reporters read the widths from get_spec()"),
     Family("0.5.18", "sglang_0_5_18", "three hooked functions lose server_args; ServerArgs.override gone"),
-    Family("0.5.19", "sglang_0_5_19", "KV-length renames; no server_args on the result processor; fa3 metadata"),
+    Family("0.5.19", "sglang_0_5_19", "resolution declares (resolve_once); KV-length renames; result processor; fa3"),
 )
 
 

@@ -41,6 +41,18 @@ class Adapter:
             for name, value in fields.items():
                 setattr(server_args, name, value)
 
+    def resolve_fields(self, server_args, source: str, fields: Dict[str, object]) -> None:
+        """Record DDTREE's resolution of ``fields`` (named ``source``) on server args that upstream is resolving
+        (``DDTreeSpecAlgo.handle_server_args``). Here the record's fields are the resolution result: plain
+        writes."""
+        for name, value in fields.items():
+            setattr(server_args, name, value)
+
+    def resolve(self, server_args) -> None:
+        """Resolve server args just constructed (``prepare_server_args``, ``Engine.server_args_class(**kw)``) as
+        the launcher does before it reads them; DDTREE validation runs here. Here construction resolves
+        (``ServerArgs.__post_init__``): nothing left to do."""
+
     # ---- the drafter (worker.worker) -----------------------------------------------------------------
     def init_dflash_worker(self, init: Callable, draft_server_args, config, gpu_id, ps, nccl_port, target_worker):
         """``DFlashWorkerV2.__init__`` (``init``, bound) with the drafter's view of the server args and the
