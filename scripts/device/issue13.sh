@@ -34,34 +34,29 @@ case "${1:-}" in
       "sampling_auto=DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py" \
       "pair_auto=python3 benchmark/bench_e2e.py $PAIR --configs plain,dflash,ddtree:63:8,ddtree:auto:8 --bs 1,16,48 --num-prompts 48 --max-new-tokens 64 --out \$CMD_OUT/e2e_auto.json"
     ;;
-  paired)
-    OUT=${OUT:-/tmp/paired_out}
+  paired|gc)
+    # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
+    # auto vs budget 63 vs plain (fa3, paired), every collection logged with its duration (+gclog) and totalled
+    # per engine log.
+    OUT=${OUT:-/tmp/${1}_out}
     mkdir -p "$OUT"
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
     eval "P=\"$PAIR\""
+    if [ "$1" = gc ]; then
+      CONFIGS=plain+fa3+gclog,ddtree:63:8+fa3+gclog,ddtree:auto:8+fa3+gclog,ddtree:auto:8+fa3+gcfreeze+gclog
+      BASES=plain+fa3+gclog BS=${PAIRED_BS:-1,16} REPS=${PAIRED_REPEATS:-3} PROMPTS=32 TIMEOUT=${PAIRED_TIMEOUT_S:-400}
+      NAME=paired_gc.json
+    else
+      CONFIGS=${PAIRED_CONFIGS:-plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:63:8+fa3+gcfreeze,ddtree:auto:8+fa3,ddtree:auto:8+fa3+gcfreeze}
+      BASES=dflash+fa3,plain+fa3 BS=${PAIRED_BS:-1,4,16,48,64} REPS=${PAIRED_REPEATS:-2} PROMPTS=64 TIMEOUT=${PAIRED_TIMEOUT_S:-540}
+      NAME=paired_auto.json
+    fi
     # shellcheck disable=SC2086
-    timeout -k 10 "${PAIRED_TIMEOUT_S:-540}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P \
-      --configs "${PAIRED_CONFIGS:-plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:63:8+fa3+gcfreeze,ddtree:auto:8+fa3,ddtree:auto:8+fa3+gcfreeze}" \
-      --baselines dflash+fa3,plain+fa3 --bs "${PAIRED_BS:-1,4,16,48,64}" --repeats "${PAIRED_REPEATS:-2}" \
-      --num-prompts 64 --max-new-tokens 64 --out "$OUT/paired_auto.json" 2>&1 | tail -n 60
-    (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
-    ls -la "$OUT"
-    ;;
-  gc)
-    # How much of a round the scheduler's garbage collector takes, budget auto vs budget 63 vs plain (tiny pair,
-    # fa3, paired): every collection logged with its duration (+gclog), totalled per engine log.
-    OUT=${OUT:-/tmp/gc_out}
-    mkdir -p "$OUT"
-    # shellcheck disable=SC1091
-    source scripts/device/plugin_env.sh
-    eval "P=\"$PAIR\""
-    # shellcheck disable=SC2086
-    timeout -k 10 "${PAIRED_TIMEOUT_S:-400}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P \
-      --configs plain+fa3+gclog,ddtree:63:8+fa3+gclog,ddtree:auto:8+fa3+gclog,ddtree:auto:8+fa3+gcfreeze+gclog \
-      --baselines plain+fa3+gclog --bs "${PAIRED_BS:-1,16}" --repeats "${PAIRED_REPEATS:-3}" --num-prompts 32 \
-      --max-new-tokens 64 --out "$OUT/paired_gc.json" 2>&1 | grep -v "GC start\|GC end" | tail -n 30
-    python3 benchmark/gc_log_summary.py "$OUT"/paired_logs/engine_*.log --json "$OUT/gc_summary.json"
+    timeout -k 10 "$TIMEOUT" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P --configs "$CONFIGS" \
+      --baselines "$BASES" --bs "$BS" --repeats "$REPS" --num-prompts "$PROMPTS" --max-new-tokens 64 \
+      --out "$OUT/$NAME" 2>&1 | grep -v "GC start\|GC end" | tail -n 60
+    [ "$1" = gc ] && python3 benchmark/gc_log_summary.py "$OUT"/paired_logs/engine_*.log --json "$OUT/gc_summary.json"
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     ls -la "$OUT"
     ;;
