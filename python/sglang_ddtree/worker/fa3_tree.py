@@ -53,16 +53,19 @@ def release_supported() -> bool:
         return True
 
 
+def _switch(default: bool) -> bool:
+    return env_switch(ENV, on="DDTREE's fused tree attention on fa3", off="upstream's cascade", default=default)
+
+
 def enabled() -> bool:
     """The switch (module docstring): 1 on, 0 off, unset on where the release supports it; a value other than
     0 / 1 is an error naming the variable."""
-    return env_switch(ENV, on="DDTREE's fused tree attention on fa3", off="upstream's cascade",
-                      default=release_supported())
+    return _switch(release_supported())
 
 
 def explicitly_enabled() -> bool:
     """The switch set to 1 by the user (validation refuses that on a release that cannot carry it)."""
-    return env_switch(ENV, on="DDTREE's fused tree attention on fa3", off="upstream's cascade", default=False)
+    return _switch(False)
 
 
 def _is_fa3_backend(backend) -> bool:

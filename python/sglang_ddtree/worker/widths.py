@@ -182,7 +182,7 @@ def _pinned(n: int) -> torch.Tensor:
 
 
 class _Pending:
-    __slots__ = ("bs", "budget", "start", "end", "next_start", "dev", "host", "scored", "closed", "linked")
+    __slots__ = ("bs", "budget", "start", "end", "next_start", "dev", "host", "scored", "followed")
 
     def __init__(self, num_buckets: int, device):
         self.start = torch.cuda.Event(enable_timing=True)
@@ -194,8 +194,9 @@ class _Pending:
         self.host = _pinned(num_buckets + 1)
         self.bs = self.budget = None
         self.scored = False  # the round carried a forecast (the largest bucket's tree scores)
-        self.closed = False  # the next round began (linked: its start recorded) or another forward came between
-        self.linked = False
+        # None until known; True: the next decode round began (next_start recorded); False: another forward
+        # (prefill, idle) came between, so the round has no period
+        self.followed: Optional[bool] = None
 
 
 class AutoWidth:
@@ -273,19 +274,19 @@ class AutoWidth:
     def interrupt(self) -> None:
         """Another forward (prefill, idle) runs before the next decode round: the latest round gets no period."""
         if self._last is not None:
-            self._last.closed = True
+            self._last.followed = False
             self._last = None
 
     def begin(self, bs: int, budget: int) -> _Pending:
         if self._last is not None:  # the previous decode round's period ends where this one starts
             self._last.next_start.record()
-            self._last.linked = self._last.closed = True
+            self._last.followed = True
         slot = self._ring[self._next]
         self._next = (self._next + 1) % self.RING
         if slot in self._inflight:  # never read back: drop it rather than wait (the ring is generous)
             self._inflight.remove(slot)
         slot.bs, slot.budget = bs, budget
-        slot.closed = slot.linked = False
+        slot.followed = None
         slot.start.record()
         self._last = slot
         return slot
@@ -309,10 +310,10 @@ class AutoWidth:
         period has not ended yet)."""
         while self._inflight:
             slot = self._inflight[0]
-            if not (slot.closed and slot.end.query() and (not slot.linked or slot.next_start.query())):
+            if slot.followed is None or not slot.end.query() or (slot.followed and not slot.next_start.query()):
                 break
             self._inflight.popleft()
-            if slot.linked:
+            if slot.followed:
                 try:
                     self.costs.observe(slot.bs, slot.budget, slot.start.elapsed_time(slot.next_start))
                 except ValueError:  # a batch larger than max_batch_size: nothing to learn for the table

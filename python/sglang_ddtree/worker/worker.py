@@ -140,10 +140,10 @@ class DDTreeWorker(DFlashWorkerV2):
 
     # ---- the round ----------------------------------------------------------------------------
     def forward_batch_generation(self, batch, on_publish=None) -> GenerationBatchResult:
-        decode = not (batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle())
-        if self._auto is not None and not decode:
+        extend = batch.forward_mode.is_extend() or batch.is_extend_in_batch
+        if self._auto is not None and (extend or batch.forward_mode.is_idle()):
             self._auto.interrupt()  # budget auto: the last decode round's period would hold this forward
-        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+        if extend:
             return super().forward_batch_generation(batch, on_publish)
         # Refused per request on arrival (request_checks); a batch can only get here without them.
         assert not getattr(batch, "return_logprob", False), "return_logprob must be refused per request"
