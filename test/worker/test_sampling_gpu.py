@@ -137,4 +137,15 @@ def test_close_to_exact_target(report, target, setting, prompt, config):
     for name, probs, sample in (("first", first, [d[0] for d in draws]), ("second", second, [d[1] for d in draws])):
         r = st.chi2_goodness_of_fit(sample, st.as_dict(probs))
         print(f"{config} {setting} prompt {prompt} {name} vs float32 exact: chi2 {r.stat:.1f} df {r.df} p {r.p:.2e}")
-        assert r.p > P_EXACT, (config, setting, prompt, name, r)
+        assert r.p > P_EXACT, (config, setting, prompt, name, r, _largest_gaps(sample, st.as_dict(probs)))
+
+
+def _largest_gaps(sample, probs: dict, k: int = 6) -> list:
+    """The ``k`` outcomes whose observed frequency is farthest from ``probs``: (token, observed, expected), so a
+    failure says which token moved (e.g. one at a top-p boundary, kept by one code path and cut by the other)."""
+    from collections import Counter
+
+    counts, n = Counter(sample), len(sample)
+    keys = set(counts) | {t for t, p in probs.items() if p > 0}
+    gaps = sorted(keys, key=lambda t: -abs(counts[t] / n - probs.get(t, 0.0)))[:k]
+    return [(t, round(counts[t] / n, 4), round(probs.get(t, 0.0), 4)) for t in gaps]

@@ -39,7 +39,7 @@ from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig
 from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
-from sglang_ddtree.worker import fa3_tree, hybrid, sampling
+from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit, pad_commit
 from sglang_ddtree.worker.tree_api import Tree, build_tree, fill_root, verify_topology
@@ -77,6 +77,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._fa3_tree_bits = None  # whether rounds write ancestor bits for fa3's fused tree attention (first round)
         self._widths = None  # --speculative-ddtree-budget auto: VerifyWidths + AutoWidth (init_cuda_graphs)
         self._auto = None
+        self._draft_kv_graphs = None  # draft_kv_graph.DraftKVAppendGraphs (init_cuda_graphs), else the eager append
         if self.ps.tp_rank == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -107,8 +108,22 @@ class DDTreeWorker(DFlashWorkerV2):
         every smaller bucket and the start-up calibration (``widths``). The scheduler calls this after the
         target captured its own verify graphs (the largest bucket's)."""
         super().init_cuda_graphs()
+        self._draft_kv_graphs = self._init_draft_kv_graphs()
         if self.config.adaptive:
             self._init_auto()
+
+    def _init_draft_kv_graphs(self):
+        """The draft-KV append as one graph replay per round (``draft_kv_graph``) where the draft forward has
+        CUDA graphs (their batch sizes) and tp == 1; None keeps upstream's eager call."""
+        from sglang_ddtree.worker import widths
+
+        batch_sizes = sorted(widths.captured_graphs(getattr(self.draft_model_runner, "decode_cuda_graph_runner", None)))
+        if not batch_sizes or get_tp_group().world_size > 1 or not draft_kv_graph.enabled():
+            return None
+        return draft_kv_graph.DraftKVAppendGraphs(
+            self._append_target_hidden_to_draft_kv_by_loc, batch_sizes=batch_sizes, width=self.config.accept_width,
+            hidden_dim=int(self.draft_model.fc.in_features), dtype=self.target_worker.model_runner.dtype,
+            device=self.device, is_rank0=self.ps.tp_rank == 0)
 
     def _init_auto(self) -> None:
         from sglang_ddtree.worker import widths
@@ -229,10 +244,13 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = logits_output.hidden_states  # [bs*N, H'] target hidden states the drafter consumes
         if hidden is None:
             raise RuntimeError("DDTREE verify returned no target hidden states (aux capture missing).")
-        self._append_target_hidden_to_draft_kv_by_loc(
-            target_hidden=hidden[c.ctx_rows], cache_loc=c.ctx_loc_2d.view(-1), positions=c.ctx_positions,
-            cache_loc_2d=c.ctx_loc_2d, commit_lens=c.accept_lens,
-        )
+        if self._draft_kv_graphs is not None and hidden.dtype == self._draft_kv_graphs.hidden.dtype:
+            self._draft_kv_graphs(hidden, c.ctx_rows, c.ctx_loc_2d, c.ctx_positions, c.accept_lens)
+        else:
+            self._append_target_hidden_to_draft_kv_by_loc(
+                target_hidden=hidden[c.ctx_rows], cache_loc=c.ctx_loc_2d.view(-1), positions=c.ctx_positions,
+                cache_loc_2d=c.ctx_loc_2d, commit_lens=c.accept_lens,
+            )
         logits_output.hidden_states = None  # keep it off the D2H copy
         if pending is not None:
             self._auto.finish(pending, forecast_scores, c.accept_lens)

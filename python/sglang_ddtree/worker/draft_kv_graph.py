@@ -1,0 +1,111 @@
+"""The drafter's new context as one CUDA-graph replay per round (COMMIT step of the round).
+
+After acceptance the accepted path's target hidden states become the drafter's context: upstream DFLASH's
+``_append_target_hidden_to_draft_kv_by_loc`` projects them (``fc`` + ``hidden_norm``), computes every draft
+layer's K / V (one batched GEMM + a norm/RoPE kernel) and writes the live prefix of each request's row into the
+draft KV pool (one kernel per layer), behind ~80 lines of per-call argument checks: about nine eager launches
+and a millisecond of host time a round. All its shapes are fixed per batch size (bs x W rows, W = accept width),
+so this module captures that same upstream call once per captured batch size into a CUDA graph that reads
+static buffers; a round copies its inputs in (one gather + three small copies) and replays. The replayed work
+is the upstream call itself, so the values written are the same. Batch sizes without a graph pad to the next
+captured one (padded rows commit nothing: their commit length is 0); above the largest, the eager call.
+``SGLANG_DDTREE_DRAFT_KV_GRAPH=0`` keeps the eager call. No host sync at replay.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from typing import Callable, Dict, Optional, Sequence
+
+import torch
+
+from sglang_ddtree.config import env_switch
+
+logger = logging.getLogger(__name__)
+
+ENV = "SGLANG_DDTREE_DRAFT_KV_GRAPH"
+
+
+def enabled() -> bool:
+    """Whether the draft-KV append replays captured graphs (default on; ``ENV=0`` keeps upstream's eager call)."""
+    return env_switch(ENV, on="the draft-KV append replayed from CUDA graphs", off="upstream's eager call",
+                      default=True)
+
+
+class DraftKVAppendGraphs:
+    """Per-batch-size CUDA graphs of ``append(target_hidden, cache_loc, positions, cache_loc_2d, commit_lens)``.
+
+    ``append`` is the worker's bound ``_append_target_hidden_to_draft_kv_by_loc`` (upstream DFLASH's). Static
+    inputs, sized for the largest captured batch size B and W columns:
+        hidden    # [B*W, H'] target dtype: the accepted rows' target hidden states (gathered in)
+        loc_2d    # [B, W] int64: draft KV slots; pads 0 (SGLang's dummy slot)
+        positions # [B*W] int64: positions of the accepted path; pads 0
+        lens      # [B] int32: commit lengths (1..W); pads 0, so padded rows write nothing
+    """
+
+    def __init__(self, append: Callable[..., None], *, batch_sizes: Sequence[int], width: int, hidden_dim: int,
+                 dtype: torch.dtype, device, is_rank0: bool = True):
+        self.append = append
+        self.width = int(width)
+        self.batch_sizes = sorted({int(b) for b in batch_sizes if int(b) > 0})
+        max_bs = self.batch_sizes[-1]
+        rows = max_bs * self.width
+        self.hidden = torch.zeros((rows, int(hidden_dim)), dtype=dtype, device=device)
+        self.loc_2d = torch.zeros((max_bs, self.width), dtype=torch.int64, device=device)
+        self.positions = torch.zeros((rows,), dtype=torch.int64, device=device)
+        self.lens = torch.zeros((max_bs,), dtype=torch.int32, device=device)
+        self.graphs: Dict[int, torch.cuda.CUDAGraph] = {}
+        self._capture(is_rank0)
+
+    def _call(self, bs: int) -> None:
+        rows = bs * self.width
+        loc_2d = self.loc_2d[:bs]
+        self.append(target_hidden=self.hidden[:rows], cache_loc=loc_2d.view(-1), positions=self.positions[:rows],
+                    cache_loc_2d=loc_2d, commit_lens=self.lens[:bs])
+
+    def _capture(self, is_rank0: bool) -> None:
+        tic = time.perf_counter()
+        free0 = torch.cuda.mem_get_info()[0]
+        # Eager warm-up at the largest size first: upstream sizes its fused-KV workspace on first use (a later
+        # growth would free memory a captured graph still reads) and picks its fused or per-layer path there.
+        # The inputs are zeros with commit length 0: nothing is written to the pool.
+        self._call(self.batch_sizes[-1])
+        torch.cuda.synchronize()
+        pool = torch.cuda.graph_pool_handle()
+        for bs in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its pool blocks
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self._call(bs)
+            self.graphs[bs] = graph
+        torch.cuda.synchronize()
+        if is_rank0:
+            logger.info("DDTREE draft-KV append: %d CUDA graphs (batch sizes %s..%s, %d rows each) captured in "
+                        "%.2f s, %.3f GB.", len(self.graphs), self.batch_sizes[0], self.batch_sizes[-1], self.width,
+                        time.perf_counter() - tic, (free0 - torch.cuda.mem_get_info()[0]) / 2**30)
+
+    def graph_bs(self, bs: int) -> Optional[int]:
+        """The captured batch size a round of ``bs`` requests replays (the smallest >= bs), or None (eager)."""
+        i = bisect.bisect_left(self.batch_sizes, bs)
+        return self.batch_sizes[i] if i < len(self.batch_sizes) else None
+
+    def __call__(self, hidden: torch.Tensor, ctx_rows: torch.Tensor, ctx_loc_2d: torch.Tensor,
+                 ctx_positions: torch.Tensor, commit_lens: torch.Tensor) -> None:
+        """Append one round's context. Shape: hidden [bs*N, H'] (the verify's target hidden states), ctx_rows
+        [bs*W] int64 (rows of ``hidden``), ctx_loc_2d [bs, W] int64, ctx_positions [bs*W] int64, commit_lens
+        [bs] int (1..W) (``kv_commit.RoundCommit``). No host sync."""
+        bs = int(ctx_loc_2d.shape[0])
+        graph_bs = self.graph_bs(bs)
+        if graph_bs is None:
+            self.append(target_hidden=hidden[ctx_rows], cache_loc=ctx_loc_2d.view(-1), positions=ctx_positions,
+                        cache_loc_2d=ctx_loc_2d, commit_lens=commit_lens)
+            return
+        rows = bs * self.width
+        torch.index_select(hidden, 0, ctx_rows, out=self.hidden[:rows])
+        self.loc_2d[:bs].copy_(ctx_loc_2d)
+        self.positions[:rows].copy_(ctx_positions)
+        self.lens[:bs].copy_(commit_lens)
+        if graph_bs != bs:
+            self.lens[bs:graph_bs].zero_()  # padded rows commit nothing
+        self.graphs[graph_bs].replay()
