@@ -6,6 +6,10 @@
 #     bash scripts/device/issue14.sh close      # what the issue's done-when still lacks: the flashinfer breakdown at
 #                                               # the 8B shape (c 1 / 32, profiled) and the tiny pair at bs 1, paired
 #                                               # (AR, DFLASH on fa3, DDTREE's budgets), one call (fa3 staged)
+#     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
+#                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
+#                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
+#                                               # draft-KV graphs and with the eager append, +kveager) at bs 1 / 16
 #     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
 #                                               # logits + end to end), sharp greedy parity, accept coverage,
 #                                               # everyday features, the trained pair (accept lengths; divergences
@@ -54,6 +58,21 @@ case "${1:-}" in
     (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf prof logs)
     ls -la "$OUT"
     ;;
+  quick)
+    OUT=${OUT:-/tmp/quick_out}
+    CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-300} OUT=$OUT/checks bash $PAR \
+      "unit=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py" \
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15,sharp:dd_triton_b64,sharp:dd_triton_auto_cycle,sharp:dd_triton_b15_nooverlap --deadline-s 270"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
+    timeout -k 10 "${PAIRED_TIMEOUT_S:-220}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" --target "$TGT" \
+      --draft "$DRF" --configs plain+triton,ddtree:63:8+triton,ddtree:63:8+triton+kveager --baselines plain+triton \
+      --bs 1,16 --repeats "${PAIRED_REPEATS:-3}" --num-prompts 16 --max-new-tokens 64 --out "$OUT/paired_kvgraph.json" \
+      2>&1 | tail -n 30
+    (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)
+    ls -la "$OUT" "$OUT/checks"
+    ;;
   round)
     exec bash $PAR \
       "kernels=$PYT test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_draw_kernel_interp.py test/worker/test_kv_move_interp.py test/worker/test_topk_lse_interp.py test/worker/test_sampling_kernel_gpu.py" \
@@ -64,7 +83,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|round" >&2
+    echo "usage: $0 shape|close|quick|round" >&2
     exit 2
     ;;
 esac
