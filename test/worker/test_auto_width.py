@@ -96,6 +96,22 @@ def test_forecast_rounds_stage_expected_drafts_per_bucket(auto):
     assert auto.accept.ratio_for(3) == pytest.approx(1.0 / 1.65)
 
 
+def test_forecasts_every_fourth_drafting_round_and_never_with_a_stated_table(auto, monkeypatch):
+    """With the drafter's scores: every drafting round until a forecast is stored, then every FORECAST_EVERY-th
+    (width 0 rounds do not count). With a stated accept table (benchmarks) no round forecasts: the table reads no
+    scores, and before this rule every one of its rounds built the largest bucket's tree for a forecast that was
+    never stored (so the forecast stayed None)."""
+    assert [auto.wants_forecast(b) for b in (15, 0, 31)] == [True, False, True]
+    auto.forecast = widths.DraftForecast(1, [0.0] * len(auto.budgets))
+    wants = [auto.wants_forecast(b) for b in (15, 15, 0, 15, 15, 15, 31)]
+    assert wants == [False, False, False, True, False, False, False]  # drafting rounds 3, 4, 5 (= 1 mod 4), 6, 7, 8
+    monkeypatch.setenv(widths.ACCEPT_TABLE_ENV, '{"16": 8.61, "64": 9.75}')
+    table = widths.AutoWidth(DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), [1, 8],
+                             max_batch_size=8, device="cpu")
+    assert isinstance(table.accept, widths.TableAcceptModel)
+    assert not any(table.wants_forecast(b) for b in (15, 31, 63, 7, 15))
+
+
 def test_nothing_is_read_before_its_events_complete(auto):
     _round(auto, 1, 15, span_ms=1.0, gap_ms=1.0)
     _round(auto, 1, 15, span_ms=1.0, gap_ms=1.0)

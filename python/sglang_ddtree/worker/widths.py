@@ -265,8 +265,9 @@ class AutoWidth:
     def wants_forecast(self, budget: int) -> bool:
         """Whether this drafting round should also score the largest bucket's tree (every ``FORECAST_EVERY``-th
         drafting round: forecasts move slowly, and each costs a second tree build below the largest bucket plus
-        a sort of its scores)."""
-        if budget == 0:
+        a sort of its scores). Never with a stated accept table (benchmarks): it reads no scores, and its rounds
+        would otherwise pay for a forecast every round (none is ever stored)."""
+        if budget == 0 or not isinstance(self.accept, ScoreAcceptModel):
             return False
         self._drafting_rounds += 1
         return self._drafting_rounds % self.FORECAST_EVERY == 1 or self.forecast is None
