@@ -55,6 +55,21 @@ def check_sglang_version() -> str:
     return found
 
 
+def register_algorithm() -> None:
+    """Register the DDTREE name in SGLang's speculative-algorithm registry (once; no hooks). ``register`` does it;
+    tests that publish DDTREE server args without the plugin's hooks call it alone (from 0.5.19 publishing
+    resolves the algorithm by name)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import get_spec
+
+    from sglang_ddtree.algorithm import DDTreeSpecAlgo, worker_factory
+
+    if get_spec(ALGORITHM_NAME) is None:
+        SpeculativeAlgorithm.register(ALGORITHM_NAME, supports_overlap=True, spec_class=DDTreeSpecAlgo)(
+            worker_factory
+        )
+
+
 def register() -> None:
     """Register DDTREE with SGLang. Safe to call any number of times in a process."""
     global _registered
@@ -63,16 +78,10 @@ def register() -> None:
     check_sglang_version()
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-    from sglang.srt.speculative.spec_registry import get_spec
 
-    from sglang_ddtree.algorithm import DDTreeSpecAlgo, worker_factory
     from sglang_ddtree.server_args import DDTreeServerArgs, prepare_server_args_one_line_errors
 
-    if get_spec(ALGORITHM_NAME) is None:
-        SpeculativeAlgorithm.register(ALGORITHM_NAME, supports_overlap=True, spec_class=DDTreeSpecAlgo)(
-            worker_factory
-        )
+    register_algorithm()
     for target in (
         "sglang.srt.server_args.ServerArgs",
         "sglang.srt.entrypoints.engine.Engine.server_args_class",

@@ -158,6 +158,17 @@ def test_kv_lengths_by_release():
     assert new.reserved_lens_cpu(info) == "cpu"
 
 
+def test_result_processor_server_args_by_release():
+    """Up to 0.5.18 the result processor carries its server args; from 0.5.19 it has none and the published ones
+    are read (the scheduler publishes its args before any batch is processed)."""
+    from sglang.srt.runtime_context import get_context
+
+    processor = types.SimpleNamespace(server_args="own")
+    assert compat.adapter_for("0.5.18").result_processor_server_args(processor) == "own"
+    with get_context().override_server_args(speculative_num_draft_tokens=4) as published:
+        assert compat.adapter_for("0.5.19").result_processor_server_args(processor) is published
+
+
 @pytest.mark.parametrize("release, env, refused", [("0.5.19", "1", True), ("0.5.19", "0", False),
                                                    ("0.5.19", "", False), ("0.5.18", "1", False),
                                                    ("0.5.18", "", False)])

@@ -25,6 +25,17 @@ def _server_args(algo="DDTREE", **kw):
     return types.SimpleNamespace(**base)
 
 
+@pytest.fixture(autouse=True)
+def _processor_serves_its_own_args(monkeypatch):
+    """The stand-in result processor serves its own ``server_args``. Up to 0.5.18 the adapter reads exactly that;
+    from 0.5.19 upstream's processor has none and the adapter reads the published args, which a test cannot
+    publish with DDTREE's fields (publishing builds upstream's ``ServerArgs``, without the plugin's class hook).
+    The adapters' own reads: ``test_compat_release.py::test_result_processor_server_args_by_release``."""
+    from sglang_ddtree.compat import adapter
+
+    monkeypatch.setattr(type(adapter()), "result_processor_server_args", lambda self, processor: processor.server_args)
+
+
 class _Algo:
     def __init__(self, name):
         self.name = name
@@ -70,7 +81,8 @@ def _round(processor, correct_drafts, algo="DDTREE"):
     moves them (accept tokens include one bonus per request)."""
     result = types.SimpleNamespace(num_correct_drafts_per_req_cpu=list(correct_drafts))
     batch = types.SimpleNamespace(spec_algorithm=_Algo(algo))
-    out = metrics.resolve_spec_v2_tokens(lambda p, res, b: "tokens", processor, result, batch)
+    with _published(processor.server_args):
+        out = metrics.resolve_spec_v2_tokens(lambda p, res, b: "tokens", processor, result, batch)
     assert out == "tokens"
     r = processor.metrics_reporter
     r.spec_num_accept_tokens += sum(correct_drafts) + len(correct_drafts)
@@ -86,9 +98,13 @@ def _upstream_report():
 @contextlib.contextmanager
 def _published(server_args):
     """The stand-in's speculative widths published process-wide, as the scheduler does (from 0.5.17
-    upstream's reporters read them from ``get_spec()``, not from the scheduler's server_args)."""
+    upstream's reporters read them from ``get_spec()``, not from the scheduler's server_args; from 0.5.19 the result
+    processor's server args are the published ones too, and publishing resolves the algorithm by its name)."""
     from sglang.srt.runtime_context import get_context
 
+    from sglang_ddtree.plugin import register_algorithm
+
+    register_algorithm()
     with get_context().override_server_args(
             speculative_algorithm=server_args.speculative_algorithm,
             speculative_num_draft_tokens=server_args.speculative_num_draft_tokens,
