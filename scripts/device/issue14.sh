@@ -3,9 +3,14 @@
 #     bash scripts/device/issue14.sh shape      # bench_shape at the Qwen3-8B shape (dummy weights): AR and DFLASH
 #                                               # on fa3, DDTREE budgets 16 / 64 on triton and fa3, paired, with
 #                                               # torch-profiler breakdowns (analyze_trace) at concurrency 1 and 32
-#     bash scripts/device/issue14.sh close      # what the issue's done-when still lacks: the flashinfer breakdown at
-#                                               # the 8B shape (c 1 / 32, profiled) and the tiny pair at bs 1, paired
-#                                               # (AR, DFLASH on fa3, DDTREE's budgets), one call (fa3 staged)
+#     bash scripts/device/issue14.sh close      # what the issue's done-when still lacks: the breakdown (time outside
+#                                               # the CUDA graphs) at the 8B shape, c 1 / 32, profiled, DDTREE b15 on
+#                                               # fa3, triton and flashinfer next to DFLASH on fa3, and the tiny pair at
+#                                               # bs 1, paired (AR, DFLASH on fa3, DDTREE's budgets) (fa3 staged)
+#     bash scripts/device/issue14.sh verify     # the rest of a round change's checks (fa3 staged): T > 0 on fa3 and
+#                                               # triton, everyday features on fa3, the trained pair on fa3 and triton
+#                                               # (near-ties only), sharp parity without overlap / graphs against a
+#                                               # plain reference
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
@@ -52,9 +57,10 @@ case "${1:-}" in
       --max-new-tokens 64 --out "$OUT/paired_bs1.json" 2>&1 | tail -n 30
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     timeout -k 10 "${SHAPE_TIMEOUT_S:-330}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
-      --configs dflash+fa3,ddtree:15:8+flashinfer --baselines dflash+fa3 --concurrency 1,32 --repeats 1 \
-      --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 --profile-dir "$OUT/prof" \
-      --profile-concurrency 1,32 --log-dir "$OUT/logs" --out "$OUT/shape_flashinfer.json" 2>&1 | tail -n 30
+      --configs dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+triton,ddtree:15:8+flashinfer --baselines dflash+fa3 \
+      --concurrency 1,32 --repeats 1 --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
+      --profile-dir "$OUT/prof" --profile-concurrency 1,32 --log-dir "$OUT/logs" --out "$OUT/shape_breakdown.json" \
+      2>&1 | tail -n 30
     (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf prof logs)
     ls -la "$OUT"
     ;;
@@ -73,6 +79,14 @@ case "${1:-}" in
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)
     ls -la "$OUT" "$OUT/checks"
     ;;
+  verify)
+    exec bash $PAR \
+      "sampling_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_sampling_gpu.py" \
+      "sampling_triton=$PYT test/worker/test_sampling_gpu.py" \
+      "features_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py" \
+      "pair=$PYT test/worker/test_trained_pair_gpu.py -k \"not flashinfer\"" \
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15_nooverlap,sharp:dd_triton_b64_nograph,sharp:plain_fa3,sharp:dd_fa3_b15_nooverlap,sharp:dd_fa3_b64 --deadline-s 480"
+    ;;
   round)
     exec bash $PAR \
       "kernels=$PYT test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_draw_kernel_interp.py test/worker/test_kv_move_interp.py test/worker/test_topk_lse_interp.py test/worker/test_sampling_kernel_gpu.py" \
@@ -83,7 +97,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|quick|round" >&2
+    echo "usage: $0 shape|close|quick|verify|round" >&2
     exit 2
     ;;
 esac
