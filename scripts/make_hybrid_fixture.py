@@ -275,7 +275,13 @@ def _load_report(model, path: str, target: bool) -> dict:
 
 def _ddtree_refusals(model_config) -> dict:
     """Both places DDTREE refuses a hybrid target, fed this fixture's config: the validation check
-    (``_check_unsupported_features``) and the worker's ``mambaish_config`` check in ``__init__``."""
+    (``_check_unsupported_features``, which reads the target's model config through the release adapter's
+    ``target_model_config``: ``server_args.get_model_config()`` up to 0.5.18, ``ModelConfig.from_server_args``
+    from 0.5.19, neither of which a stand-in of the server args can serve, so the adapter answers with this
+    fixture's config here) and the worker's ``mambaish_config`` check in ``__init__``."""
+    from unittest import mock
+
+    from sglang_ddtree.compat import adapter
     from sglang_ddtree.validation import _check_unsupported_features
     from sglang_ddtree.worker.worker import DDTreeWorker
 
@@ -284,13 +290,18 @@ def _ddtree_refusals(model_config) -> dict:
     out = {}
     saved = os.environ.pop(ENV, None)  # the refusals without the experimental switch
     args = types.SimpleNamespace(speculative_draft_window_size=None, speculative_adaptive=False,
-                                 disaggregation_mode="null",
-                                 get_model_config=lambda: types.SimpleNamespace(hf_config=model_config.hf_config))
+                                 disaggregation_mode="null")
+    fixture_config = mock.patch.object(type(adapter()), "target_model_config",
+                                       lambda self, server_args: types.SimpleNamespace(hf_config=model_config.hf_config))
     server_args = types.SimpleNamespace(speculative_algorithm="DDTREE", speculative_ddtree_budget=16,
                                         speculative_ddtree_topk=4, speculative_dflash_block_size=BLOCK_SIZE,
                                         speculative_num_draft_tokens=17)
     target_worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(model_config=model_config))
-    for where, call in (("validation", lambda: _check_unsupported_features(args)),
+    def validate():
+        with fixture_config:
+            _check_unsupported_features(args)
+
+    for where, call in (("validation", validate),
                         ("worker", lambda: DDTreeWorker(server_args, 0, None, 0, target_worker))):
         try:
             call()

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # Supported upstream SGLang: >= MIN and < MAX_EXCLUSIVE (see ../shared/DESIGN.md, "Upstream releases").
 SUPPORTED_SGLANG_MIN = "0.5.16"
-SUPPORTED_SGLANG_MAX_EXCLUSIVE = "0.5.19"
+SUPPORTED_SGLANG_MAX_EXCLUSIVE = "0.5.20"
 SUPPORTED_SGLANG_SPEC = f">={SUPPORTED_SGLANG_MIN},<{SUPPORTED_SGLANG_MAX_EXCLUSIVE}"
 
 
@@ -32,4 +32,5 @@ SUPPORT_MATRIX = {
     "0.5.16": Release("2.11.0", "0.4.5", "0.6.14", GPU_VERIFIED),
     "0.5.17": Release("2.11.0", "0.4.5", "0.6.15.post1", CPU_VERIFIED),
     "0.5.18": Release("2.13.0", "0.4.6.post1", "0.6.17", CPU_VERIFIED),
+    "0.5.19": Release("2.13.0", "0.4.6.post1", "0.6.18", CPU_VERIFIED),
 }

@@ -118,7 +118,7 @@ def test_unsupported_sglang_version_is_a_clear_runtime_error(monkeypatch):
 
     monkeypatch.setattr(plugin, "_registered", False)
     monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.9.0")
-    with pytest.raises(RuntimeError, match=r"supports sglang>=0\.5\.16,<0\.5\.19, but sglang 0\.9\.0 is installed"):
+    with pytest.raises(RuntimeError, match=r"supports sglang>=0\.5\.16,<0\.5\.20, but sglang 0\.9\.0 is installed"):
         plugin.register()
     monkeypatch.setattr(plugin, "installed_sglang_version", lambda: None)
     with pytest.raises(RuntimeError, match="no sglang is installed"):
@@ -129,7 +129,7 @@ def test_supported_range_is_stated_once():
     import sglang_ddtree
     from sglang_ddtree.version import SUPPORTED_SGLANG_SPEC
 
-    assert SUPPORTED_SGLANG_SPEC == ">=0.5.16,<0.5.19"
+    assert SUPPORTED_SGLANG_SPEC == ">=0.5.16,<0.5.20"
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
