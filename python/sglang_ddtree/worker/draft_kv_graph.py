@@ -38,11 +38,12 @@ class DraftKVAppendGraphs:
     """Per-batch-size CUDA graphs of ``append(target_hidden, cache_loc, positions, cache_loc_2d, commit_lens)``.
 
     ``append`` is the worker's bound ``_append_target_hidden_to_draft_kv_by_loc`` (upstream DFLASH's). Static
-    inputs, sized for the largest captured batch size B and W columns:
+    inputs, sized for the largest captured batch size B and W columns (rows past a round's batch size keep an
+    earlier round's values, or the zeros they start with; only their commit length matters):
         hidden    # [B*W, H'] target dtype: the accepted rows' target hidden states (gathered in)
-        loc_2d    # [B, W] int64: draft KV slots; pads 0 (SGLang's dummy slot)
-        positions # [B*W] int64: positions of the accepted path; pads 0
-        lens      # [B] int32: commit lengths (1..W); pads 0, so padded rows write nothing
+        loc_2d    # [B, W] int64: draft KV slots
+        positions # [B*W] int64: positions of the accepted path
+        lens      # [B] int32: commit lengths (1..W); 0 in a replay's padded rows, so they write nothing
     """
 
     def __init__(self, append: Callable[..., None], *, batch_sizes: Sequence[int], width: int, hidden_dim: int,
