@@ -120,10 +120,15 @@ class DDTreeWorker(DFlashWorkerV2):
         batch_sizes = sorted(widths.captured_graphs(getattr(self.draft_model_runner, "decode_cuda_graph_runner", None)))
         if not batch_sizes or get_tp_group().world_size > 1 or not draft_kv_graph.enabled():
             return None
-        return draft_kv_graph.DraftKVAppendGraphs(
-            self._append_target_hidden_to_draft_kv_by_loc, batch_sizes=batch_sizes, width=self.config.accept_width,
-            hidden_dim=int(self.draft_model.fc.in_features), dtype=self.target_worker.model_runner.dtype,
-            device=self.device, is_rank0=self.ps.tp_rank == 0)
+        try:
+            return draft_kv_graph.DraftKVAppendGraphs(
+                self._append_target_hidden_to_draft_kv_by_loc, batch_sizes=batch_sizes,
+                width=self.config.accept_width, hidden_dim=int(self.draft_model.fc.in_features),
+                dtype=self.target_worker.model_runner.dtype, device=self.device, is_rank0=self.ps.tp_rank == 0)
+        except Exception as e:  # e.g. a drafter whose append cannot be captured: the eager call, said once
+            logger.warning("DDTREE: draft-KV append graphs not captured (%s: %s); the eager append runs every round "
+                           "(%s=0 skips the attempt).", type(e).__name__, e, draft_kv_graph.ENV)
+            return None
 
     def _init_auto(self) -> None:
         from sglang_ddtree.worker import widths
