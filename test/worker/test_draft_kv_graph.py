@@ -76,3 +76,57 @@ def test_replay_writes_what_the_eager_call_writes():
         torch.cuda.synchronize()
         assert torch.equal(pool.data, ref.data), f"round {i}, bs {bs}"
         assert int((pool.data.abs().sum(1) > 0).sum()) == int(lens.sum()), f"round {i}, bs {bs}: rows written"
+
+
+def _worker_stand_in(monkeypatch, graphs_sizes=(1, 2, 4)):
+    """A DDTreeWorker with only what ``_init_draft_kv_graphs`` reads (draft graphs of ``graphs_sizes``)."""
+    from types import SimpleNamespace
+
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker import worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(world_size=1))
+    from collections import namedtuple
+
+    key = namedtuple("GraphKey", "size stream_idx variant_label")  # upstream's full-graph backend keys
+    keys = {key(b, None, None): object() for b in graphs_sizes}
+    class _Worker(worker_mod.DDTreeWorker):
+        target_worker = SimpleNamespace(model_runner=SimpleNamespace(dtype=torch.bfloat16))  # upstream: a property
+
+    w = _Worker.__new__(_Worker)
+    w.config = DDTreeConfig(budget=15, topk=4, block_size=16)
+    w.draft_model_runner = SimpleNamespace(decode_cuda_graph_runner=SimpleNamespace(backend=SimpleNamespace(_graphs=keys)))
+    w.draft_model = SimpleNamespace(fc=SimpleNamespace(in_features=3 * H))
+    w.device, w.ps = "cpu", SimpleNamespace(tp_rank=0)
+    w._append_target_hidden_to_draft_kv_by_loc = lambda **kw: None
+    return w
+
+
+def test_worker_builds_the_graphs_for_the_draft_graph_sizes(monkeypatch):
+    seen = {}
+
+    class _Graphs:
+        def __init__(self, append, **kw):
+            seen.update(kw)
+
+    monkeypatch.delenv(draft_kv_graph.ENV, raising=False)
+    monkeypatch.setattr(draft_kv_graph, "DraftKVAppendGraphs", _Graphs)
+    w = _worker_stand_in(monkeypatch)
+    assert isinstance(w._init_draft_kv_graphs(), _Graphs)
+    assert seen["batch_sizes"] == [1, 2, 4] and seen["width"] == w.config.accept_width and seen["hidden_dim"] == 3 * H
+    monkeypatch.setenv(draft_kv_graph.ENV, "0")
+    assert w._init_draft_kv_graphs() is None  # switched off: the eager call
+
+
+def test_a_capture_failure_falls_back_to_the_eager_call_with_one_warning(monkeypatch, caplog):
+    def fail(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.delenv(draft_kv_graph.ENV, raising=False)
+    monkeypatch.setattr(draft_kv_graph, "DraftKVAppendGraphs", fail)
+    w = _worker_stand_in(monkeypatch)
+    with caplog.at_level("WARNING"):
+        assert w._init_draft_kv_graphs() is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "draft-KV append graphs not captured (RuntimeError" in warnings[0]
+    assert _worker_stand_in(monkeypatch, graphs_sizes=())._init_draft_kv_graphs() is None  # no draft graphs
