@@ -297,6 +297,7 @@ def _ddtree_refusals(model_config) -> dict:
                                         speculative_ddtree_topk=4, speculative_dflash_block_size=BLOCK_SIZE,
                                         speculative_num_draft_tokens=17)
     target_worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(model_config=model_config))
+
     def validate():
         with fixture_config:
             _check_unsupported_features(args)

@@ -130,3 +130,19 @@ def test_a_capture_failure_falls_back_to_the_eager_call_with_one_warning(monkeyp
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "draft-KV append graphs not captured (RuntimeError" in warnings[0]
     assert _worker_stand_in(monkeypatch, graphs_sizes=())._init_draft_kv_graphs() is None  # no draft graphs
+
+
+def test_other_hidden_dtypes_and_sizes_above_the_largest_take_the_eager_call():
+    calls = []
+    graphs = DraftKVAppendGraphs.__new__(DraftKVAppendGraphs)
+    graphs.batch_sizes, graphs.width = [1, 2], W
+    graphs.hidden = torch.zeros((2 * W, H), dtype=torch.bfloat16)
+    graphs.append = lambda **kw: calls.append(kw)
+    graphs.graphs = {}  # a replay would fail: only the eager call may run here
+    for bs, dtype in ((2, torch.float16), (3, torch.bfloat16)):
+        hidden = torch.randn((bs * 6, H)).to(dtype)
+        rows = torch.arange(bs * W)
+        loc = torch.arange(bs * W).view(bs, W)
+        graphs(hidden, rows, loc, rows.clone(), torch.full((bs,), W, dtype=torch.int32))
+        assert torch.equal(calls[-1]["target_hidden"], hidden[rows]) and calls[-1]["cache_loc_2d"] is loc
+    assert len(calls) == 2

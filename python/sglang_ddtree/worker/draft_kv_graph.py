@@ -95,10 +95,11 @@ class DraftKVAppendGraphs:
                  ctx_positions: torch.Tensor, commit_lens: torch.Tensor) -> None:
         """Append one round's context. Shape: hidden [bs*N, H'] (the verify's target hidden states), ctx_rows
         [bs*W] int64 (rows of ``hidden``), ctx_loc_2d [bs, W] int64, ctx_positions [bs*W] int64, commit_lens
-        [bs] int (1..W) (``kv_commit.RoundCommit``). No host sync."""
+        [bs] int (1..W) (``kv_commit.RoundCommit``). Above the largest graph, or hidden states of another dtype
+        than the graphs were captured for, the eager call. No host sync."""
         bs = int(ctx_loc_2d.shape[0])
         graph_bs = self.graph_bs(bs)
-        if graph_bs is None:
+        if graph_bs is None or hidden.dtype != self.hidden.dtype:
             self.append(target_hidden=hidden[ctx_rows], cache_loc=ctx_loc_2d.view(-1), positions=ctx_positions,
                         cache_loc_2d=ctx_loc_2d, commit_lens=commit_lens)
             return

@@ -249,7 +249,7 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = logits_output.hidden_states  # [bs*N, H'] target hidden states the drafter consumes
         if hidden is None:
             raise RuntimeError("DDTREE verify returned no target hidden states (aux capture missing).")
-        if self._draft_kv_graphs is not None and hidden.dtype == self._draft_kv_graphs.hidden.dtype:
+        if self._draft_kv_graphs is not None:
             self._draft_kv_graphs(hidden, c.ctx_rows, c.ctx_loc_2d, c.ctx_positions, c.accept_lens)
         else:
             self._append_target_hidden_to_draft_kv_by_loc(
