@@ -12,8 +12,9 @@ z-lab's DFlash drafters target; SGLang 0.5.16 serves it with ``models/qwen3_5.py
 toy size: hidden 128, 6 layers (full_attention_interval 3: layers 2 and 5 full attention, the other 4
 Gated DeltaNet with 2 key / 4 value heads x 128), 2 query heads x head_dim 256 over 1 KV head,
 partial RoPE 0.25 with Qwen3.5's interleaved M-RoPE sections, a 1-block vision tower (never used for
-text), untied lm_head, vocab 2048 and the packaged tiny pair's tokenizer (``<|endoftext|>`` = 0,
-``<|MASK|>`` = 1). The drafter: 2 layers, block 16, reading target layers (1, 2) (one linear, one
+text; its image / video processor configs are shipped as a real checkpoint's are, since SGLang loads the
+processor of this architecture for text requests too), untied lm_head, vocab 2048 and the packaged tiny pair's
+tokenizer (``<|endoftext|>`` = 0, ``<|MASK|>`` = 1). The drafter: 2 layers, block 16, reading target layers (1, 2) (one linear, one
 full attention). bf16, ~7 MB in all (tokenizers included), deterministic from ``--seed``.
 
 Weights are random and "sharp" as ``test/worker/_generated_models.py``'s are: the token embedding and
@@ -170,6 +171,21 @@ def target_tensors(seed: int = 0, sharp: bool = True) -> dict:
     return {k: v.to(torch.bfloat16).contiguous() for k, v in t.items()}
 
 
+def processor_configs(vision: dict) -> dict:
+    """The image / video processor configs a real Qwen3.5 checkpoint ships (SGLang's tokenizer manager loads its
+    multimodal processor for this architecture even for text-only requests); patch sizes follow the tower."""
+    common = dict(patch_size=vision["patch_size"], temporal_patch_size=vision["temporal_patch_size"],
+                  merge_size=vision["spatial_merge_size"], image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
+                  processor_class="Qwen3VLProcessor")
+    return {
+        "preprocessor_config.json": dict(common, image_processor_type="Qwen2VLImageProcessorFast",
+                                         size={"longest_edge": 16777216, "shortest_edge": 65536}),
+        "video_preprocessor_config.json": dict(common, video_processor_type="Qwen3VLVideoProcessor",
+                                               size={"longest_edge": 25165824, "shortest_edge": 4096}, fps=2,
+                                               min_frames=4, max_frames=768),
+    }
+
+
 def _copy_tokenizer(dst: str) -> None:
     from sglang_ddtree.fixtures import tiny_pair_path
 
@@ -193,6 +209,9 @@ def write_fixture(root: str, seed: int = 0, sharp: bool = True) -> tuple:
         drafter = random_drafter(_toy_target(seed, sharp), seed=seed, sharp=sharp, num_layers=DRAFT_LAYERS,
                                  block_size=BLOCK_SIZE, target_layer_ids=TARGET_LAYER_IDS, mask_token_id=MASK_ID)
     drafter.save_pretrained(draft_dir, dtype=torch.bfloat16)
+    for name, config in processor_configs(target_config()["vision_config"]).items():
+        with open(os.path.join(target_dir, name), "w") as f:
+            json.dump(config, f, indent=1)
     for d in (target_dir, draft_dir):
         _copy_tokenizer(d)
     return target_dir, draft_dir

@@ -83,11 +83,25 @@ def test_config_and_sizes(tmp_path):
     assert dcfg["architectures"] == ["DFlashDraftModel"] and dcfg["num_target_layers"] == 6
     assert dcfg["dflash_config"] == {"target_layer_ids": [1, 2], "mask_token": "<|MASK|>", "mask_token_id": 1,
                                      "block_size": 16}
-    for d in (target, draft):
-        assert sorted(os.listdir(d)) == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    files = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    assert sorted(os.listdir(draft)) == files
+    assert sorted(os.listdir(target)) == sorted(files + ["preprocessor_config.json", "video_preprocessor_config.json"])
     assert sum(len(b) for b in _files(str(tmp_path)).values()) < 8_000_000
     _, gap = fixture.successor_table(target)
     assert float(gap.median()) > 3.0  # sharp: most tokens' greedy successor wins by several logits
+
+
+def test_target_ships_the_multimodal_processor_sglang_loads(tmp_path):
+    """SGLang's tokenizer manager builds this architecture's multimodal processor even for text requests
+    (the first GPU run failed there without these files); transformers must load it from the target alone."""
+    from transformers import AutoProcessor
+
+    target, _ = fixture.write_fixture(str(tmp_path), seed=0)
+    processor = AutoProcessor.from_pretrained(target)
+    vision = json.loads(open(os.path.join(target, "config.json")).read())["vision_config"]
+    assert type(processor).__name__ == "Qwen3VLProcessor"
+    assert processor.image_processor.patch_size == vision["patch_size"]
+    assert processor.image_processor.merge_size == vision["spatial_merge_size"]
 
 
 def test_same_seed_same_bytes(tmp_path):
