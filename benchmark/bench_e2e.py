@@ -13,8 +13,8 @@ GPU, versions and the exact command.
 Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>`` (budget an integer or ``auto``), optionally
 ``+nograph`` / ``+nooverlap``, an attention backend (``+fa3`` ...), ``+gcfreeze`` (freeze the engine's garbage
 collector after warm-up), ``+gclog`` (log every collection of the scheduler with its duration, INFO level:
-``benchmark/gc_log_summary.py`` totals them), ``+kveager`` (DDTREE's draft-KV append as upstream's eager call
-instead of its CUDA graphs).
+``benchmark/gc_log_summary.py`` totals them), ``+kvgraph`` / ``+kveager`` (DDTREE's draft-KV append from CUDA
+graphs / as upstream's eager call, the default).
 ``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
 them with ``benchmark/analyze_trace.py``).
 """
@@ -123,7 +123,8 @@ ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
     "fa3cascade": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "0"},  # fa3: upstream's cascade tree verify
     "gclog": {"SGLANG_LOG_GC": "1"},  # with _MODIFIERS["gclog"]
-    "kveager": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"},  # DDTREE: upstream's eager draft-KV append (worker.draft_kv_graph)
+    "kveager": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"},  # DDTREE: upstream's eager draft-KV append (the default)
+    "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (worker.draft_kv_graph)
 }
 
 

@@ -31,6 +31,9 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
               decode_log_interval=20)
 
 
+KV_GRAPH = {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"}
+
+
 def ddtree(budget, topk, backend="triton", **kw):
     return dict(speculative_algorithm="DDTREE", speculative_ddtree_budget=budget,
                 speculative_ddtree_topk=topk, attention_backend=backend, **kw)
@@ -71,6 +74,12 @@ CONFIGS = {
     "dd_fa3_b256": ddtree(256, 8, backend="fa3"),
     "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
     "dd_fa3_b15_nooverlap": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True),
+    # the draft-KV append from CUDA graphs (worker.draft_kv_graph; off by default)
+    "dd_triton_b15_kvgraph": ddtree(15, 4, _env=KV_GRAPH),
+    "dd_triton_b64_kvgraph": ddtree(64, 8, _env=KV_GRAPH),
+    "dd_triton_auto_cycle_kvgraph": ddtree("auto", 8, _env=KV_GRAPH, _test_hooks=dict(cycle_budgets=True)),
+    "dd_fa3_b15_kvgraph": ddtree(15, 4, backend="fa3", _env=KV_GRAPH),
+    "dd_fa3_b15_nooverlap_kvgraph": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, _env=KV_GRAPH),
     "dd_fa3_auto_cycle": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True)),
     "dd_fa3_auto": ddtree("auto", 8, backend="fa3"),
     # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
@@ -113,7 +122,7 @@ def run_config(name, target, draft, prompts, max_new_tokens):
 
     kw = dict(CONFIGS[name])
     hooks = kw.pop("_test_hooks", None)
-    env = test_hooks_env(hooks) if hooks else {}
+    env = {**(test_hooks_env(hooks) if hooks else {}), **kw.pop("_env", {})}
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):

@@ -11,10 +11,12 @@
 #                                               # triton, everyday features on fa3, the trained pair on fa3 and triton
 #                                               # (near-ties only), sharp parity without overlap / graphs against a
 #                                               # plain reference
+#     bash scripts/device/issue14.sh kvgraph    # the draft-KV graphs (SGLANG_DDTREE_DRAFT_KV_GRAPH=1, fa3 staged): unit, features
+#                                               # on fa3 and triton, T > 0 on fa3, sharp parity on triton and fa3
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
-#                                               # draft-KV graphs and with the eager append, +kveager) at bs 1 / 16
+#                                               # draft-KV graphs, +kvgraph, and with the eager append) at bs 1 / 16
 #     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
 #                                               # logits + end to end), sharp greedy parity, accept coverage,
 #                                               # everyday features, the trained pair (accept lengths; divergences
@@ -73,11 +75,21 @@ case "${1:-}" in
     source scripts/device/plugin_env.sh
     read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
     timeout -k 10 "${PAIRED_TIMEOUT_S:-220}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" --target "$TGT" \
-      --draft "$DRF" --configs plain+triton,ddtree:63:8+triton,ddtree:63:8+triton+kveager --baselines plain+triton \
+      --draft "$DRF" --configs plain+triton,ddtree:63:8+triton+kvgraph,ddtree:63:8+triton --baselines plain+triton \
       --bs 1,16 --repeats "${PAIRED_REPEATS:-3}" --num-prompts 16 --max-new-tokens 64 --out "$OUT/paired_kvgraph.json" \
       2>&1 | tail -n 30
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)
     ls -la "$OUT" "$OUT/checks"
+    ;;
+  kvgraph)
+    # what turning the draft-KV graphs on by default needs (fa3 staged): their GPU test, the engine-level features
+    # on fa3 and triton (the regrow crash of session 11 was there), T > 0 and sharp parity with them on
+    exec bash $PAR \
+      "unit=$PYT test/worker/test_draft_kv_graph.py" \
+      "features_fa3=SGLANG_DDTREE_DRAFT_KV_GRAPH=1 DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py" \
+      "features_triton=SGLANG_DDTREE_DRAFT_KV_GRAPH=1 $PYT test/worker/test_features_gpu.py" \
+      "sampling_fa3=SGLANG_DDTREE_DRAFT_KV_GRAPH=1 DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_sampling_gpu.py" \
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15_kvgraph,sharp:dd_triton_auto_cycle_kvgraph,sharp:plain_fa3,sharp:dd_fa3_b15_kvgraph,sharp:dd_fa3_b15_nooverlap_kvgraph --deadline-s 420"
     ;;
   verify)
     exec bash $PAR \
@@ -97,7 +109,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|quick|verify|round" >&2
+    echo "usage: $0 shape|close|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac

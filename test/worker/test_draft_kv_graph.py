@@ -5,7 +5,7 @@ buffers still hold an earlier, larger round's rows) and sizes above the largest 
 The append under test is a stand-in with the upstream call's signature that writes every live row
 (offset < commit length) of ``hidden`` into a pool tensor at its slot, mixed with its position, so a wrong gather,
 copy, slot, position or commit length changes the pool. The engine-level parity runs cover the upstream append
-itself (``scripts/device/ddtree_parity.py``; ``+kveager`` in the benchmarks is the eager call).
+itself (``scripts/device/ddtree_parity.py``; ``+kvgraph`` / ``+kveager`` in the benchmarks).
 """
 
 import pytest
@@ -17,8 +17,10 @@ from sglang_ddtree.worker.draft_kv_graph import DraftKVAppendGraphs
 W, H, SLOTS = 4, 8, 512
 
 
-def test_switch_defaults_on_and_names_bad_values(monkeypatch):
+def test_switch_defaults_off_and_names_bad_values(monkeypatch):
     monkeypatch.delenv(draft_kv_graph.ENV, raising=False)
+    assert not draft_kv_graph.enabled()  # off until the engine-level feature tests pass with it (module doc)
+    monkeypatch.setenv(draft_kv_graph.ENV, "1")
     assert draft_kv_graph.enabled()
     monkeypatch.setenv(draft_kv_graph.ENV, "0")
     assert not draft_kv_graph.enabled()
@@ -34,15 +36,22 @@ def test_graph_batch_size_is_the_smallest_captured_at_least_bs():
 
 
 class _Pool:
-    """The stand-in append: pool[slot] = hidden row + position, for live rows only."""
+    """The stand-in append: pool[slot] = hidden row + position, for live rows only, computed through a workspace
+    that it regrows (doubling, the old tensor dropped) when a larger call arrives, as upstream's fused-KV helper
+    does."""
 
     def __init__(self, device):
         self.data = torch.zeros((SLOTS, H), device=device)
+        self.workspace = torch.zeros((0, H), device=device)
 
     def append(self, *, target_hidden, cache_loc, positions, cache_loc_2d, commit_lens):
         bs, width = cache_loc_2d.shape
+        rows = bs * width
+        if self.workspace.shape[0] < rows:
+            self.workspace = torch.empty((max(rows, 2 * self.workspace.shape[0]), H), device=self.data.device)
         live = (torch.arange(width, device=cache_loc_2d.device).view(1, width) < commit_lens.view(bs, 1)).view(-1)
-        values = target_hidden.float() + positions.view(-1, 1).float()
+        values = self.workspace[:rows]
+        torch.add(target_hidden.float(), positions.view(-1, 1).float(), out=values)
         slots = torch.where(live, cache_loc.view(-1), torch.full_like(cache_loc.view(-1), SLOTS))
         padded = torch.cat([self.data, torch.zeros((1, H), device=self.data.device)])
         padded.index_copy_(0, slots, values)
@@ -64,9 +73,16 @@ def test_replay_writes_what_the_eager_call_writes():
     device = torch.device("cuda")
     pool, ref = _Pool(device), _Pool(device)
     graphs = DraftKVAppendGraphs(pool.append, batch_sizes=[1, 2, 4, 8], width=W, hidden_dim=H,
-                                 dtype=torch.bfloat16, device=device)
+                                 dtype=torch.bfloat16, device=device, owners=[pool])
     assert sorted(graphs.graphs) == [1, 2, 4, 8]
-    for i, bs in enumerate([4, 3, 1, 8, 5, 11, 2, 7]):  # captured, padded (after larger rounds), above the largest
+    captured_workspace = pool.workspace
+    victims = []
+    # captured, padded (after larger rounds), above the largest (11: the eager call regrows the workspace, as a
+    # prefill does upstream; later replays must keep using their own memory, not the tensors allocated since)
+    for i, bs in enumerate([4, 3, 1, 8, 5, 11, 2, 7]):
+        if bs == 2:
+            assert pool.workspace is not captured_workspace  # regrown by the eager call above the largest graph
+            victims = [torch.full((8 * W, H), 7.0, device=device) for _ in range(4)]  # would reuse freed memory
         pool.data.zero_()
         ref.data.zero_()
         hidden, rows, loc, positions, lens = _round(bs, 6, i, device)
@@ -76,6 +92,20 @@ def test_replay_writes_what_the_eager_call_writes():
         torch.cuda.synchronize()
         assert torch.equal(pool.data, ref.data), f"round {i}, bs {bs}"
         assert int((pool.data.abs().sum(1) > 0).sum()) == int(lens.sum()), f"round {i}, bs {bs}: rows written"
+        assert all(bool((v == 7.0).all()) for v in victims), f"round {i}, bs {bs}: a replay wrote another tensor"
+
+
+def test_the_graphs_keep_what_the_owners_hold_at_capture():
+    """``held_tensors``: module buffers, an object's tensor attributes and its modules' buffers (upstream's helper
+    holds its workspace and a RoPE module); parameters and other attributes are not needed (they are not replaced)."""
+    rope = torch.nn.Module()
+    rope.register_buffer("cos_sin_cache", torch.zeros(4, 2))
+    helper = type("Helper", (), {})()
+    helper.workspace, helper.rotary_emb, helper.capacity = torch.zeros(3), rope, 3
+    drafter = torch.nn.Linear(2, 2)
+    drafter.register_buffer("inv_freq", torch.ones(2))
+    kept = draft_kv_graph.held_tensors([helper, None, drafter])
+    assert [id(t) for t in kept] == [id(helper.workspace), id(rope.cos_sin_cache), id(drafter.inv_freq)]
 
 
 def _worker_stand_in(monkeypatch, graphs_sizes=(1, 2, 4)):
@@ -99,6 +129,7 @@ def _worker_stand_in(monkeypatch, graphs_sizes=(1, 2, 4)):
     w.draft_model = SimpleNamespace(fc=SimpleNamespace(in_features=3 * H))
     w.device, w.ps = "cpu", SimpleNamespace(tp_rank=0)
     w._append_target_hidden_to_draft_kv_by_loc = lambda **kw: None
+    w._fused_kv_helper = SimpleNamespace(workspace=torch.zeros(1))
     return w
 
 
@@ -109,20 +140,23 @@ def test_worker_builds_the_graphs_for_the_draft_graph_sizes(monkeypatch):
         def __init__(self, append, **kw):
             seen.update(kw)
 
-    monkeypatch.delenv(draft_kv_graph.ENV, raising=False)
+    monkeypatch.setenv(draft_kv_graph.ENV, "1")
     monkeypatch.setattr(draft_kv_graph, "DraftKVAppendGraphs", _Graphs)
     w = _worker_stand_in(monkeypatch)
     assert isinstance(w._init_draft_kv_graphs(), _Graphs)
     assert seen["batch_sizes"] == [1, 2, 4] and seen["width"] == w.config.accept_width and seen["hidden_dim"] == 3 * H
+    assert seen["owners"] == (w._fused_kv_helper, w.draft_model)  # what the graphs keep alive
     monkeypatch.setenv(draft_kv_graph.ENV, "0")
     assert w._init_draft_kv_graphs() is None  # switched off: the eager call
+    monkeypatch.delenv(draft_kv_graph.ENV)
+    assert w._init_draft_kv_graphs() is None  # the default
 
 
 def test_a_capture_failure_falls_back_to_the_eager_call_with_one_warning(monkeypatch, caplog):
     def fail(*args, **kwargs):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.delenv(draft_kv_graph.ENV, raising=False)
+    monkeypatch.setenv(draft_kv_graph.ENV, "1")
     monkeypatch.setattr(draft_kv_graph, "DraftKVAppendGraphs", fail)
     w = _worker_stand_in(monkeypatch)
     with caplog.at_level("WARNING"):

@@ -93,6 +93,11 @@ def _run_phase(phase, out_dir, env):
         log += f"\n[test] phase {phase} killed after {PHASE_TIMEOUT_S} s"
     with open(os.path.join(out_dir, f"{phase}.log"), "w") as f:
         f.write(log)
+    keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")  # the whole log comes back from a device run
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        with open(os.path.join(keep, f"features_{phase}.log"), "w") as f:
+            f.write(log)
     print(f"[test] phase {phase}: rc {proc.returncode}; " + " | ".join(
         line for line in log.splitlines() if line.startswith("[features]")))
     return f"rc {proc.returncode}\n{log}"

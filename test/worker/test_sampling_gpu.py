@@ -125,9 +125,18 @@ def test_ddtree_matches_plain(report, setting, prompt, position):
     assert r.p > P_MIN, (setting, prompt, position, r)
 
 
+# Upstream's own plain engine on fa3 (no speculation) misses the float32 target at one case, in two sessions
+# (2026-12-01, -02, H200): prompt 3 at top_p 0.7 keeps two tokens and samples them 0.6535 / 0.3465 where float32 gives
+# 0.7115 / 0.2885 (chi2 32.8, p 1e-8; a ~0.19 logit shift from its bf16 decode attention), while DDTREE on fa3 passes
+# the same check and matches that plain engine (p 0.01). Expected to fail, strictly: a pass means fa3 changed.
+PLAIN_FA3_OFF_TARGET = {("t0.7_p0.7", 3)}
+
+
 @pytest.mark.parametrize("setting,prompt", CASES)
 @pytest.mark.parametrize("config", ["plain", DDTREE_SPEC])
-def test_close_to_exact_target(report, target, setting, prompt, config):
+def test_close_to_exact_target(request, report, target, setting, prompt, config):
+    if config == "plain" and test_backend() == "fa3" and (setting, prompt) in PLAIN_FA3_OFF_TARGET:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="upstream's plain fa3 decode, see PLAIN_FA3_OFF_TARGET"))
     s = SETTINGS[setting]
     ids = report["prompt_ids"][prompt]
     filt = lambda lg: st.plain_probs(lg, s["temperature"], s.get("top_p", 1.0), s.get("top_k", -1))  # noqa: E731

@@ -215,7 +215,10 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          device="the worker's device",
          model_runner="target model runner (req_to_token, KV moves)",
          draft_model_runner="draft forward (worker._draft)",
-         draft_model="the DFlash drafter: its fc input width sizes the draft-KV append graphs (draft_kv_graph)",
+         draft_model="the DFlash drafter: its fc input width sizes the draft-KV append graphs (draft_kv_graph); "
+                     "its buffers (RoPE cache) are kept alive for them",
+         _fused_kv_helper="upstream's fused-KV helper: its workspace tensors at capture are kept alive for the "
+                          "draft-KV append graphs (it regrows them)",
          block_size="drafter block size L, checked against DDTreeConfig",
          use_compact_draft_cache="refused: draft window size",
          _mask_token_id="mask token of the draft block",

@@ -9,7 +9,17 @@ so this module captures that same upstream call once per captured batch size int
 static buffers; a round copies its inputs in (one gather + three small copies) and replays. The replayed work
 is the upstream call itself, so the values written are the same. Batch sizes without a graph pad to the next
 captured one (padded rows commit nothing: their commit length is 0); above the largest, the eager call.
-``SGLANG_DDTREE_DRAFT_KV_GRAPH=0`` keeps the eager call. No host sync at replay.
+No host sync at replay.
+
+Upstream's fused path writes through a workspace it owns and regrows (doubling) whenever a larger append arrives,
+as every prefill does with the whole prompt, dropping the old tensors; a graph captured over them would then read
+and write freed memory, i.e. another tensor's (seen on the H200: an illegal memory access a few requests after a
+384-token prefix, fa3 and the fused tree path alike, none with the eager call). So the graphs keep every tensor
+that the call's owners (upstream's fused-KV helper, the drafter's buffers such as its RoPE cache) held at capture
+alive for their own lifetime; a later regrow gives the eager calls new memory and leaves the graphs theirs.
+
+Default OFF until that fix has passed the engine-level feature tests on the GPU (it has not yet):
+``SGLANG_DDTREE_DRAFT_KV_GRAPH=1`` turns the graphs on (bench config ``+kvgraph``).
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -29,9 +39,27 @@ ENV = "SGLANG_DDTREE_DRAFT_KV_GRAPH"
 
 
 def enabled() -> bool:
-    """Whether the draft-KV append replays captured graphs (default on; ``ENV=0`` keeps upstream's eager call)."""
+    """Whether the draft-KV append replays captured graphs (default off: upstream's eager call; ``ENV=1`` on)."""
     return env_switch(ENV, on="the draft-KV append replayed from CUDA graphs", off="upstream's eager call",
-                      default=True)
+                      default=False)
+
+
+def held_tensors(owners: Sequence[object]) -> List[torch.Tensor]:
+    """Every tensor ``owners`` hold now: a module's buffers, an object's tensor attributes and the buffers of its
+    module attributes (upstream's fused-KV helper keeps its workspace and its RoPE module that way)."""
+    found: List[torch.Tensor] = []
+    for owner in owners:
+        if owner is None:
+            continue
+        if isinstance(owner, torch.nn.Module):
+            found.extend(owner.buffers())
+            continue
+        for value in vars(owner).values():
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+            elif isinstance(value, torch.nn.Module):
+                found.extend(value.buffers())
+    return found
 
 
 class DraftKVAppendGraphs:
@@ -47,7 +75,7 @@ class DraftKVAppendGraphs:
     """
 
     def __init__(self, append: Callable[..., None], *, batch_sizes: Sequence[int], width: int, hidden_dim: int,
-                 dtype: torch.dtype, device, is_rank0: bool = True):
+                 dtype: torch.dtype, device, owners: Sequence[object] = (), is_rank0: bool = True):
         self.append = append
         self.width = int(width)
         self.batch_sizes = sorted({int(b) for b in batch_sizes if int(b) > 0})
@@ -59,6 +87,8 @@ class DraftKVAppendGraphs:
         self.lens = torch.zeros((max_bs,), dtype=torch.int32, device=device)
         self.graphs: Dict[int, torch.cuda.CUDAGraph] = {}
         self._capture(is_rank0)
+        # What the graphs read and write besides the static inputs, kept alive past upstream's regrows (module doc).
+        self.kept = held_tensors(owners)
 
     def _call(self, bs: int) -> None:
         rows = bs * self.width

@@ -114,7 +114,8 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def _init_draft_kv_graphs(self):
         """The draft-KV append as one graph replay per round (``draft_kv_graph``) where the draft forward has
-        CUDA graphs (their batch sizes) and tp == 1; None keeps upstream's eager call."""
+        CUDA graphs (their batch sizes), tp == 1 and ``SGLANG_DDTREE_DRAFT_KV_GRAPH=1``; None keeps upstream's eager
+        call."""
         from sglang_ddtree.worker import widths
 
         batch_sizes = sorted(widths.captured_graphs(getattr(self.draft_model_runner, "decode_cuda_graph_runner", None)))
@@ -124,7 +125,8 @@ class DDTreeWorker(DFlashWorkerV2):
             return draft_kv_graph.DraftKVAppendGraphs(
                 self._append_target_hidden_to_draft_kv_by_loc, batch_sizes=batch_sizes,
                 width=self.config.accept_width, hidden_dim=int(self.draft_model.fc.in_features),
-                dtype=self.target_worker.model_runner.dtype, device=self.device, is_rank0=self.ps.tp_rank == 0)
+                dtype=self.target_worker.model_runner.dtype, device=self.device,
+                owners=(getattr(self, "_fused_kv_helper", None), self.draft_model), is_rank0=self.ps.tp_rank == 0)
         except Exception as e:  # e.g. a drafter whose append cannot be captured: the eager call, said once
             logger.warning("DDTREE: draft-KV append graphs not captured (%s: %s); the eager append runs every round "
                            "(%s=0 skips the attempt).", type(e).__name__, e, draft_kv_graph.ENV)
