@@ -234,7 +234,7 @@ def check_gpu() -> Check:
             detail += (f"; fa3 tree verify: {'DDTREE fused tree attention' if fa3_tree.enabled() else 'upstream cascade'}"
                        f" ({fa3_tree.ENV}={'1' if fa3_tree.enabled() else '0'})")
     detail += f"; with no --attention-backend DDTREE uses {_default_backend(cap)}"
-    return Check("GPU", "OK", detail + "; " + _hybrid_note())
+    return Check("GPU", "OK", detail + "; " + _hybrid_note() + "; " + _paged_note())
 
 
 def _default_backend(cap) -> str:
@@ -258,6 +258,20 @@ def _hybrid_note() -> str:
     return (f"hybrid Mamba/GDN targets: EXPERIMENTAL tree verify on ({hybrid_args.ENV}=1); with the radix cache use "
             f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
             f"--disable-overlap-schedule")
+
+
+def _paged_note() -> str:
+    """Whether DDTREE takes --page-size > 1 (``validation.paged_kv_enabled``)."""
+    from sglang_ddtree.config import DDTreeArgumentError
+    from sglang_ddtree.validation import PAGED_ENV, paged_kv_enabled
+
+    try:
+        on = paged_kv_enabled()
+    except DDTreeArgumentError as e:
+        return f"--page-size > 1: {e}"
+    if not on:
+        return f"--page-size > 1: refused ({PAGED_ENV}=1 to try it, not yet verified on a GPU)"
+    return f"--page-size > 1: EXPERIMENTAL, allowed ({PAGED_ENV}=1; dense targets, triton / flashinfer / fa3)"
 
 
 def check_upstream_symbols() -> Check:

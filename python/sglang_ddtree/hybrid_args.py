@@ -138,6 +138,10 @@ def check_server_args(server_args, config) -> None:
                 f"--{flag.replace('_', '-')} cannot be used with --speculative-algorithm DDTREE: ReplaySSM keeps "
                 f"a linear chain of states, a tree verify needs one state per tree row.")
     view = resolved_view(server_args)
+    if view.page_size is not None and view.page_size > 1:
+        raise DDTreeArgumentError(
+            f"--page-size {view.page_size} is not supported with --speculative-algorithm DDTREE on hybrid targets yet "
+            f"(their recurrent-state tracking is tested with --page-size 1 only); use --page-size 1.")
     n = config.num_verify_tokens
     if getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache:
         strategy = view.mamba_radix_cache_strategy

@@ -36,6 +36,7 @@ from sglang_ddtree.config import (
     DDTreeConfig,
     check_budget,
     check_topk,
+    env_switch,
 )
 from sglang_ddtree.hybrid_args import check_server_args as check_hybrid_server_args
 from sglang_ddtree.hybrid_args import refuse_unless_enabled
@@ -163,11 +164,23 @@ def _check_platform_and_parallelism(server_args) -> None:
         raise DDTreeArgumentError(
             "--speculative-algorithm DDTREE does not support --enable-dp-attention yet."
         )
-    if view.page_size is not None and view.page_size > 1:
+    if view.page_size is not None and view.page_size > 1 and not paged_kv_enabled():
         raise DDTreeArgumentError(
-            f"--speculative-algorithm DDTREE supports --page-size 1 only for now, got "
-            f"--page-size {view.page_size}."
+            f"--speculative-algorithm DDTREE supports --page-size 1 only for now, got --page-size "
+            f"{view.page_size} (set {PAGED_ENV}=1 to try larger pages: not yet verified on a GPU)."
         )
+
+
+PAGED_ENV = "SGLANG_DDTREE_EXPERIMENTAL_PAGED"
+
+
+def paged_kv_enabled() -> bool:
+    """``SGLANG_DDTREE_EXPERIMENTAL_PAGED=1``: DDTREE accepts ``--page-size`` > 1 (dense targets; triton, flashinfer,
+    fa3). Every slot the round touches is a per-token index read from ``req_to_token`` (verify, commit moves,
+    draft block, draft-KV append) and upstream's ``alloc_for_spec_decode`` reserves whole pages, so nothing in the
+    round assumes one-token pages; experimental until ``test_worker_gpu.py``'s paged parity has run on a GPU."""
+    return env_switch(PAGED_ENV, on="--page-size > 1 allowed (experimental)", off="--page-size 1 only",
+                      error=DDTreeArgumentError)
 
 
 def _check_target_attention_backends(server_args) -> None:

@@ -32,6 +32,7 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 
 KV_GRAPH = {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"}
+PAGED = {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"}
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -74,6 +75,15 @@ CONFIGS = {
     "dd_fa3_b256": ddtree(256, 8, backend="fa3"),
     "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
     "dd_fa3_b15_nooverlap": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True),
+    # --page-size > 1 (experimental switch), compared with the page-1 plain engine of the same backend
+    **{f"plain_{b}_p{p}": dict(attention_backend=b, page_size=p) for b in ("triton", "flashinfer", "fa3")
+       for p in (16, 64)},
+    **{f"dd_{b}_b15_p16": ddtree(15, 4, backend=b, page_size=16, _env=PAGED) for b in ("triton", "flashinfer", "fa3")},
+    **{f"dd_{b}_b64_p64": ddtree(64, 8, backend=b, page_size=64, _env=PAGED) for b in ("triton", "flashinfer", "fa3")},
+    **{f"dd_{b}_b15_p64_nooverlap": ddtree(15, 4, backend=b, page_size=64, disable_overlap_schedule=True, _env=PAGED)
+       for b in ("triton", "flashinfer", "fa3")},
+    **{f"dd_{b}_b64_p16_nograph": ddtree(64, 8, backend=b, page_size=16, disable_cuda_graph=True, _env=PAGED)
+       for b in ("triton", "flashinfer", "fa3")},
     # the draft-KV append from CUDA graphs (worker.draft_kv_graph; off by default)
     "dd_triton_b15_kvgraph": ddtree(15, 4, _env=KV_GRAPH),
     "dd_triton_b64_kvgraph": ddtree(64, 8, _env=KV_GRAPH),
@@ -202,7 +212,9 @@ def main():
             rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))
             if name.startswith("dflash_"):
                 refs[("dflash",) + key] = got
-            if name.startswith("plain_"):
+            if name.startswith("plain_") and CONFIGS[name].get("page_size", 1) > 1 and key in refs:
+                rec["parity"] = compare(refs[key], got)  # a paged plain engine against the page-1 one
+            elif name.startswith("plain_"):
                 refs[key] = got
                 rec["batch_invariant"] = got["outputs"][1] == got["outputs"][16][:4] and got["outputs"][4] == got["outputs"][16]
                 rec["self_parity"] = compare(got, got)

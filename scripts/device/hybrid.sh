@@ -10,6 +10,8 @@
 #     bash scripts/device/hybrid.sh faults    # plain-weights fixture: DDTREE vs DFLASH divergence counts, and
 #                                             # the two deliberate state faults must diverge clearly more
 #     bash scripts/device/hybrid.sh sampling  # T > 0 on the plain-weights fixture: DDTREE vs plain, chi-square
+#     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
+#                                             # == page size 1 on triton, flashinfer and (when staged) fa3
 # Device tool: carry [".device"] (see ../shared/device/README.md). Every DDTREE engine runs with
 # SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 (set by the scripts and tests themselves). Each command's results.jsonl /
 # sampling.json comes back through SGLANG_DDTREE_KEEP_REPORTS (parallel.sh sets it to $OUT/<name>).
@@ -35,8 +37,14 @@ case "${1:-}" in
   sampling)
     exec bash $PAR "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling"
     ;;
+  paged)
+    exec bash $PAR \
+      "paged_triton=$PYT test/worker/test_worker_gpu.py -k 'paged and triton'" \
+      "paged_flashinfer=$PYT test/worker/test_worker_gpu.py -k 'paged and flashinfer'" \
+      "paged_fa3=$PYT test/worker/test_worker_gpu.py -k 'paged and fa3'"
+    ;;
   *)
-    echo "usage: $0 kernels|parity|faults|sampling" >&2
+    echo "usage: $0 kernels|parity|faults|sampling|paged" >&2
     exit 2
     ;;
 esac

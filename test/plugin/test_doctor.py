@@ -201,3 +201,21 @@ def test_gpu_check_says_which_fa3_tree_verify_runs(monkeypatch, switch):
     want = ("DDTREE fused tree attention (SGLANG_DDTREE_FA3_TREE_ATTENTION=1)" if on else
             "upstream cascade (SGLANG_DDTREE_FA3_TREE_ATTENTION=0)")
     assert f"fa3 tree verify: {want}" in detail
+
+
+@pytest.mark.parametrize("switch, want", [
+    ("", "--page-size > 1: refused (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it, not yet verified on a GPU)"),
+    ("1", "--page-size > 1: EXPERIMENTAL, allowed (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1; dense targets"),
+    ("on", "--page-size > 1: SGLANG_DDTREE_EXPERIMENTAL_PAGED='on': use 1"),
+])
+def test_gpu_check_says_whether_pages_above_1_are_taken(monkeypatch, switch, want):
+    import torch
+
+    from sglang_ddtree import doctor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", switch)
+    check = doctor.check_gpu()
+    assert check.status == "OK" and want in check.detail, check.detail

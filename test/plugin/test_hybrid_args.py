@@ -92,7 +92,7 @@ def _server_args(cfg, **kw):
     base = dict(get_model_config=lambda: model_config, enable_gdn_replayssm_spec=False, enable_linear_replayssm=False,
                 uses_mamba_radix_cache=True, disable_radix_cache=False, mamba_radix_cache_strategy="extra_buffer",
                 mamba_track_interval=256, disable_overlap_schedule=False, tp_size=1, max_running_requests=8,
-                mem_fraction_static=0.9, device="cuda")
+                mem_fraction_static=0.9, device="cuda", page_size=1)
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -108,6 +108,7 @@ def _config(budget):
     (dict(mamba_radix_cache_strategy="no_buffer"), r"no_buffer needs --disable-overlap-schedule"),
     (dict(enable_gdn_replayssm_spec=True), r"--enable-gdn-replayssm-spec cannot be used with"),
     (dict(enable_linear_replayssm=True), r"--enable-linear-replayssm cannot be used with"),
+    (dict(page_size=16), r"--page-size 16 is not supported with --speculative-algorithm DDTREE on hybrid targets yet"),
 ])
 def test_unsupported_combinations_are_refused_in_one_line(monkeypatch, kw, match):
     monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)

@@ -67,6 +67,23 @@ def test_sharp_models_token_identical(models_root, tmp_path, backend):
         assert rec["mean_accept_length"] >= 1.0
 
 
+@pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3"])
+def test_paged_kv_is_token_identical_to_page_size_1(models_root, tmp_path, backend):
+    """--page-size 16 / 64 (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1): greedy output == the page-1 plain engine's, for
+    plain decoding itself and for DDTREE with graphs and overlap on and off (sharp models: exact)."""
+    fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
+    if not fa3_ok:
+        pytest.skip(fa3_reason)
+    paged = [f"plain_{backend}_p16", f"plain_{backend}_p64", f"dd_{backend}_b15_p16", f"dd_{backend}_b64_p64",
+             f"dd_{backend}_b15_p64_nooverlap", f"dd_{backend}_b64_p16_nograph"]
+    results = _run(models_root, tmp_path, [f"sharp:plain_{backend}"] + [f"sharp:{c}" for c in paged])
+    for name in paged:
+        rec = results[f"sharp:{name}"]
+        assert "error" not in rec, rec.get("traceback")
+        for bs, rep in rec["parity"].items():
+            assert rep["equal"] == rep["total"], (name, bs, rep["first_mismatch"])
+
+
 def test_bias_models_diverge_like_dflash(models_root, tmp_path):
     results = _run(models_root, tmp_path, ["bias:plain_triton", "bias:dflash_triton", "bias:dd_triton_b64"])
     rec, ref = results["bias:dd_triton_b64"], results["bias:dflash_triton"]
