@@ -32,8 +32,8 @@ hidden / intermediate / heads, 5 full-attention layers, block 16, num_target_lay
 be read here; ``mask_token`` "<|MASK|>" and ``dflash_config.block_size`` 16 are SGLang 0.5.16's defaults,
 written out; the field layout (``rope_parameters``, ``layer_types``) is that of the packaged tiny pair.
 SGLang's DFlash draft model has no embedding or LM head (it uses the target's): its tie flag changes nothing.
-Qwen3.5-9B (``qwen3.5-9b``, hybrid: DDTREE refuses it until hybrid support lands, so only ``plain`` / ``dflash``
-run today): ``Qwen3_5ForConditionalGeneration``, 32 layers as 8 x (3 Gated DeltaNet + 1 full attention),
+Qwen3.5-9B (``qwen3.5-9b``, hybrid: its engines run text-only without the radix cache, and DDTREE's with its
+experimental hybrid switch, ``shape_settings``; budget auto is refused on hybrid targets): ``Qwen3_5ForConditionalGeneration``, 32 layers as 8 x (3 Gated DeltaNet + 1 full attention),
 hidden 4096, intermediate 12288, 16 / 4 heads x head_dim 256 with the output gate, linear attention 16 key /
 32 value heads x 128, conv kernel 4, vocab 248320, partial RoPE 0.25 (theta 1e7, interleaved M-RoPE
 [11, 11, 10]), untied, and its vision tower (27 blocks, hidden 1152): the config a public test suite pins
@@ -482,6 +482,21 @@ def engine_settings(args) -> dict:
                 **(BUDGET_COUNT_SETTINGS if any(is_auto(s) for s in args.configs) else {}))
 
 
+# A hybrid shape's engines, every config alike (paired): text only (SGLang would otherwise load the Qwen3.5
+# multimodal processor, which needs processor and tokenizer files a dummy-weight shape does not have), no radix
+# cache (DDTREE on a hybrid target needs a mamba scheduler strategy with it; the benchmark never shares prefixes).
+HYBRID_ENGINE_SETTINGS = {"enable_multimodal": False, "disable_radix_cache": True}
+HYBRID_ENV = "SGLANG_DDTREE_EXPERIMENTAL_HYBRID"
+
+
+def shape_settings(shape: str, spec: str) -> tuple[dict, dict]:
+    """(engine kwargs, environment) a shape adds to every config: a hybrid shape's text-only, radix-free engines,
+    and DDTREE's experimental hybrid switch (``ddtree:auto`` is refused there: DDTREE's validation says so)."""
+    if shape not in HYBRID_SHAPES:
+        return {}, {}
+    return dict(HYBRID_ENGINE_SETTINGS), ({HYBRID_ENV: "1"} if spec.startswith("ddtree") else {})
+
+
 def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int, log_dir: str,
               on_repetition=None) -> tuple[dict, dict, dict]:
     """All engines of one shape alive together; returns (results[config][c], best projected config per c,
@@ -495,15 +510,16 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
         for i, spec in enumerate(configs):  # one after another: each engine sizes itself from the free memory
             t_start = time.time()
             port = args.base_port + 100 * (port_index + i)
+            shape_engine, shape_env = shape_settings(shape, spec)
             setup = {"spec": spec, "target": target_dir, "concurrency": args.concurrency,
                      "base_tokens": args.base_tokens, "new_tokens": args.new_tokens,
                      "prompts": {"seed": args.seed, "length": args.prompt_len},
                      "engine": {**engine, "port": port, "nccl_port": port + 7,
-                                **engine_kwargs(spec, draft_dir, args.attention_backend),
+                                **engine_kwargs(spec, draft_dir, args.attention_backend), **shape_engine,
                                 # budget auto's start-up cost table and per-interval choices are INFO lines:
                                 # its engine log (--log-dir) keeps them
                                 **({"log_level": "info"} if is_auto(spec) else {})}}
-            env = config_env(spec, args.table)
+            env = {**config_env(spec, args.table), **shape_env}
             children[spec] = _Child(spec, setup, os.path.join(log_dir, f"engine_{shape}_{i}.log"), env)
             ready = children[spec].read(args.start_timeout_s)
             engines[spec] = {"env": env, "start_and_warmup_s": round(time.time() - t_start, 1),

@@ -10,6 +10,8 @@
 #     bash scripts/device/hybrid.sh faults    # plain-weights fixture: DDTREE vs DFLASH divergence counts, and
 #                                             # the two deliberate state faults must diverge clearly more
 #     bash scripts/device/hybrid.sh sampling  # T > 0 on the plain-weights fixture: DDTREE vs plain, chi-square
+#     bash scripts/device/hybrid.sh shape     # the Qwen3.5-9B shape (dummy weights, bench_shape.py): AR, DFLASH and
+#                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
 #                                             # == page size 1 on triton, flashinfer and (when staged) fa3
 # Device tool: carry [".device"] (see ../shared/device/README.md). Every DDTREE engine runs with
@@ -37,6 +39,18 @@ case "${1:-}" in
   sampling)
     exec bash $PAR "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling"
     ;;
+  shape)
+    OUT=${OUT:-/tmp/hybrid_shape_out}
+    mkdir -p "$OUT"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-540}" python3 benchmark/bench_shape.py --shapes qwen3.5-9b \
+      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+triton,ddtree:7:8+triton,ddtree:15:8+fa3}" \
+      --baselines dflash+fa3,plain+fa3 --concurrency "${SHAPE_CONCURRENCY:-1,8,32}" --repeats "${SHAPE_REPEATS:-2}" \
+      --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 --log-dir "$OUT/logs" --out "$OUT/shape_hybrid.json" \
+      2>&1 | tail -n 60
+    (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)
+    ;;
   paged)
     exec bash $PAR \
       "paged_triton=$PYT test/worker/test_worker_gpu.py -k 'paged and triton'" \
@@ -44,7 +58,7 @@ case "${1:-}" in
       "paged_fa3=$PYT test/worker/test_worker_gpu.py -k 'paged and fa3'"
     ;;
   *)
-    echo "usage: $0 kernels|parity|faults|sampling|paged" >&2
+    echo "usage: $0 kernels|parity|faults|sampling|shape|paged" >&2
     exit 2
     ;;
 esac

@@ -96,6 +96,19 @@ def test_hybrid_qwen35_shape_is_written_and_parses(tmp_path):
     assert 5 * (2 * h * q + 2 * h * kv + 3 * h * i) + 5 * h * h == pytest.approx(1.05e9, rel=0.01)
 
 
+def test_hybrid_shape_engines_are_text_only_without_the_radix_cache(tmp_path):
+    """Every config of a hybrid shape runs text-only (SGLang would load a multimodal processor the dummy shape has no
+    files for) and without the radix cache; DDTREE's also with the experimental hybrid switch. Dense shapes: nothing."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    assert bench_shape.shape_settings("qwen3-8b", "ddtree:15:8") == ({}, {})
+    for spec, env in (("plain", {}), ("dflash+fa3", {}), ("ddtree:15:8", {"SGLANG_DDTREE_EXPERIMENTAL_HYBRID": "1"})):
+        assert bench_shape.shape_settings("qwen3.5-9b", spec) == (
+            {"enable_multimodal": False, "disable_radix_cache": True}, env)
+    target_dir, _ = bench_shape.write_shape(str(tmp_path), "qwen3.5-9b")
+    assert ModelConfig(target_dir, enable_multimodal=False).is_multimodal is False
+
+
 def test_round_cost_of_the_fake_is_recovered(run):
     _, rep, _ = run
     for shape in SHAPES:
