@@ -30,7 +30,8 @@ case "${1:-}" in
   parity)
     exec bash $PAR \
       "graphs_overlap=$PYT test/worker/test_hybrid_gpu.py -k graphs_overlap" \
-      "nograph_nooverlap=$PYT test/worker/test_hybrid_gpu.py -k nograph_nooverlap" \
+      "nograph=$PYT test/worker/test_hybrid_gpu.py -k 'parity and nograph'" \
+      "nooverlap=$PYT test/worker/test_hybrid_gpu.py -k 'parity and nooverlap'" \
       "radix=$PYT test/worker/test_hybrid_gpu.py -k radix"
     ;;
   faults)

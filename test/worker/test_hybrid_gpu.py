@@ -1,6 +1,7 @@
 """GPU: DDTREE on a hybrid GDN target (the EXPERIMENTAL path, ``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``) decodes
 what the same target decodes without speculation; a wrong recurrent state is caught; T > 0 keeps the target's
-distribution. NOT YET RUN on a GPU (written with the CPU-tested state handling, ``test_hybrid_verify_interp.py``).
+distribution. On the H200 (session 11): the graphs_overlap and radix parity groups passed; nograph, nooverlap, the
+faults and T > 0 have not run to the end yet.
 
 Models: ``scripts/make_hybrid_fixture.py`` writes both variants into a tmp dir. ``sharp``: greedy decoding follows
 a successor map with gaps of several logits, so exact parity is required, but the linear-attention state only
@@ -80,9 +81,11 @@ def _assert_exact(rec):
             assert r["equal"] == r["total"], (rec["config"], phase, bs, r["first_mismatch"])
 
 
-GROUPS = {  # one engine per name; each group fits one 600 s device call
+GROUPS = {  # one engine per name, the first the reference; a hybrid engine starts in 40-170 s on the H200 (cold
+    # JIT, several tests at once), so a group holds at most five and several groups share one 600 s device call
     "graphs_overlap": ["plain", "plain_radix", "dd_b15", "dd_b64", "dd_b1"],
-    "nograph_nooverlap": ["plain", "dd_b15_nograph", "dd_b64_nograph", "dd_b15_nooverlap", "dd_b64_nooverlap"],
+    "nograph": ["plain", "dd_b15_nograph", "dd_b64_nograph"],
+    "nooverlap": ["plain", "dd_b15_nooverlap", "dd_b64_nooverlap"],
     "radix": ["plain", "dd_b64_noradix", "dd_b64_extra_buffer"],
 }
 
