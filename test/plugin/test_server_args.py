@@ -73,21 +73,26 @@ def engine_args(sglang_with_plugin, tiny_configs):
     return _make
 
 
-def test_defaults_map_onto_native_fields(parse, tiny_configs, ddtree_logs):
-    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"])
-    assert sa.speculative_algorithm == "DDTREE"
-    assert (sa.speculative_ddtree_budget, sa.speculative_ddtree_topk) == (64, 8)
-    assert sa.speculative_num_draft_tokens == 65  # budget + root
-    assert sa.speculative_eagle_topk == 8
-    assert sa.speculative_num_steps == 1
-    assert sa.speculative_dflash_block_size == 16  # read from the drafter's config
-    # What upstream's config projection reads (from 0.5.19 the declarations, where _handle_dflash declared the
-    # drafter's widths 16 / 1 first) agrees with the fields.
+def resolved(server_args):
+    """What resolution decided: upstream's ``resolved_view`` (the declarations over the fields). Up to 0.5.18 the
+    fields are the result; 0.5.19 declares and writes both; from 0.5.20 a record's fields keep the raw input, and
+    only the declarations (what the config bags are projected from) carry DDTREE's resolution."""
     from sglang.srt.arg_groups.overrides import resolved_view
 
-    view = resolved_view(sa)
-    assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk, view.speculative_ddtree_budget) == (65, 8, 64)
-    assert sa.attention_backend == "triton"
+    return resolved_view(server_args)
+
+
+def test_defaults_map_onto_native_fields(parse, tiny_configs, ddtree_logs):
+    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"])
+    view = resolved(sa)
+    assert view.speculative_algorithm == "DDTREE"
+    assert (view.speculative_ddtree_budget, view.speculative_ddtree_topk) == (64, 8)
+    assert view.speculative_num_draft_tokens == 65  # budget + root
+    assert view.speculative_eagle_topk == 8
+    assert view.speculative_num_steps == 1
+    assert view.speculative_dflash_block_size == 16  # read from the drafter's config
+    # From 0.5.19 _handle_dflash declared the drafter's widths 16 / 1 first; DDTREE's declaration is the later one.
+    assert sa.attention_backend == view.attention_backend == "triton"
     assert "no --attention-backend given; using 'triton'" in ddtree_logs.text
     assert "budget=64 topk=8 drafter block size=16" in ddtree_logs.text
 
@@ -96,21 +101,22 @@ def test_explicit_values_and_block_size_from_drafter(parse, tiny_configs):
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"],
                "--speculative-ddtree-budget", "15", "--speculative-ddtree-topk", "4",
                "--attention-backend", "flashinfer")
-    assert (sa.speculative_num_draft_tokens, sa.speculative_eagle_topk, sa.speculative_dflash_block_size) == (16, 4, 8)
+    view = resolved(sa)
+    assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk, view.speculative_dflash_block_size) == (16, 4, 8)
     assert sa.attention_backend == "flashinfer"
 
 
 def test_budget_is_independent_of_block_size(parse, tiny_configs):
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"], "--speculative-ddtree-budget", "256")
-    assert sa.speculative_num_draft_tokens == 257 and sa.speculative_dflash_block_size == 8
+    assert resolved(sa).speculative_num_draft_tokens == 257 and resolved(sa).speculative_dflash_block_size == 8
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"], "--speculative-ddtree-budget", "1")
-    assert sa.speculative_num_draft_tokens == 2 and sa.speculative_eagle_topk == 1
+    assert resolved(sa).speculative_num_draft_tokens == 2 and resolved(sa).speculative_eagle_topk == 1
 
 
 def test_topk_above_budget_is_capped_with_one_warning(parse, tiny_configs, ddtree_logs):
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
                "--speculative-ddtree-budget", "4", "--speculative-ddtree-topk", "16")
-    assert sa.speculative_ddtree_topk == 4 and sa.speculative_eagle_topk == 4
+    assert resolved(sa).speculative_ddtree_topk == 4 and resolved(sa).speculative_eagle_topk == 4
     warnings = [r for r in ddtree_logs.records if "exceeds --speculative-ddtree-budget" in r.getMessage()]
     assert len(warnings) == 1
     assert "using --speculative-ddtree-topk=4" in warnings[0].getMessage()
@@ -136,8 +142,9 @@ def test_budget_auto_sizes_every_shape_by_the_largest_bucket(parse, engine_args,
                      "--speculative-ddtree-budget", value),
                engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                            speculative_ddtree_budget=value)):
-        assert sa.speculative_ddtree_budget == "auto"  # what the user asked for, kept
-        assert sa.speculative_num_draft_tokens == AUTO_MAX_BUDGET + 1 and sa.speculative_eagle_topk == 8
+        view = resolved(sa)
+        assert view.speculative_ddtree_budget == "auto"  # what the user asked for, kept
+        assert view.speculative_num_draft_tokens == AUTO_MAX_BUDGET + 1 and view.speculative_eagle_topk == 8
         cfg = DDTreeConfig.from_server_args(sa)
         assert cfg.adaptive and cfg.budget == AUTO_MAX_BUDGET and cfg.buckets == (0, 1, 3, 7, 15, 31, 63)
     assert "budget=auto (buckets [0, 1, 3, 7, 15, 31, 63])" in ddtree_logs.text
@@ -153,12 +160,13 @@ def test_budget_auto_refuses_tensor_parallelism(engine_args, tiny_configs):
 def test_engine_kwargs_are_accepted(engine_args, tiny_configs):
     sa = engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                      speculative_ddtree_budget=32, speculative_ddtree_topk=2)
-    assert (sa.speculative_num_draft_tokens, sa.speculative_eagle_topk) == (33, 2)
+    assert (resolved(sa).speculative_num_draft_tokens, resolved(sa).speculative_eagle_topk) == (33, 2)
+    assert (sa.speculative_ddtree_budget, sa.speculative_ddtree_topk) == (32, 2)  # the input, on the record
 
 
 def test_flags_without_ddtree_warn_and_change_nothing(parse, tiny_configs, ddtree_logs):
     sa = parse("--speculative-ddtree-budget", "32")
-    assert sa.speculative_algorithm is None and sa.speculative_num_draft_tokens is None
+    assert resolved(sa).speculative_algorithm is None and resolved(sa).speculative_num_draft_tokens is None
     assert "--speculative-ddtree-budget=32 has no effect without --speculative-algorithm DDTREE" in ddtree_logs.text
 
 

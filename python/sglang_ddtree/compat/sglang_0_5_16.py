@@ -8,6 +8,7 @@ families subclass ``Adapter`` and override only what their releases changed (``c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Callable, Dict
 
 
@@ -31,6 +32,16 @@ class Adapter:
         return hook
 
     # ---- server args ---------------------------------------------------------------------------------
+    def server_args_record(self, cls):
+        """Make ``cls`` (``class X(ServerArgs)`` whose body annotates extra fields) a record type upstream reads
+        fields, CLI flags and ``Engine`` keyword arguments from. Here ``ServerArgs`` is a dataclass: so is ``cls``."""
+        return dataclasses.dataclass(cls)
+
+    def resolved(self, server_args):
+        """An object whose attributes are the resolution result of ``server_args`` (a record, the stand-in a
+        resolver is handed, or a plain object). Here resolution writes the record's fields: the record itself."""
+        return server_args
+
     def write_fields(self, server_args, source: str, fields: Dict[str, object]) -> None:
         """Set ``fields`` on a resolved copy of the server args (the drafter's view, ``worker.draft_view``);
         a plain object (CPU tests) gets plain attributes."""
