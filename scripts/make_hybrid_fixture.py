@@ -303,7 +303,8 @@ def _ddtree_refusals(model_config) -> dict:
             _check_unsupported_features(args)
 
     for where, call in (("validation", validate),
-                        ("worker", lambda: DDTreeWorker(server_args, 0, None, 0, target_worker))):
+                        ("worker", lambda: DDTreeWorker(server_args=server_args, gpu_id=0, nccl_port=0,  # as the
+                                                        target_worker=target_worker))):  # scheduler calls it
         try:
             call()
             out[where] = None

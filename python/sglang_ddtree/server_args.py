@@ -19,7 +19,7 @@ from sglang.srt.arg_groups.arg_utils import A, Arg
 from sglang.srt.server_args import ServerArgs
 
 from sglang_ddtree.backends import TESTED_TARGET_ATTENTION_BACKENDS, default_target_backend, fa3_library_installed
-from sglang_ddtree.compat import adapter
+from sglang_ddtree import compat
 from sglang_ddtree.config import (
     AUTO,
     AUTO_MAX_BUDGET,
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 # the hook registry rebinds every module attribute that points at the original ServerArgs.
 
 
-@adapter().server_args_record
+@compat.adapter().server_args_record
 class DDTreeServerArgs(ServerArgs):
     """Upstream ``ServerArgs`` plus the DDTREE flags (see the module docstring)."""
 
@@ -112,6 +112,8 @@ def prepare_server_args_one_line_errors(original, argv):
     through here and gets the ``ValueError``. From SGLang 0.5.19 parsing no longer resolves (the launcher's
     ``run_server`` does, right after): a DDTREE configuration is resolved here, through the compat adapter, so
     that its validation still runs inside this hook."""
+    from sglang_ddtree.compat import adapter
+
     try:
         server_args = original(argv)
         if is_ddtree(server_args.speculative_algorithm):

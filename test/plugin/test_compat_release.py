@@ -25,7 +25,8 @@ def test_every_supported_release_has_a_family_and_a_row():
 
 
 @pytest.mark.parametrize("release, family", [("0.5.16", "0.5.16"), ("0.5.17", "0.5.17"), ("0.5.18", "0.5.18"),
-                                             ("0.5.18.post1", "0.5.18"), ("0.5.19", "0.5.19"), ("0.5.23", "0.5.19")])
+                                             ("0.5.18.post1", "0.5.18"), ("0.5.19", "0.5.19"), ("0.5.20", "0.5.20"),
+                                             ("0.5.21", "0.5.21"), ("0.5.23", compat.FAMILIES[-1].first)])
 def test_a_release_belongs_to_the_last_family_not_newer(release, family):
     assert compat.family_of(release).first == family
 
