@@ -4,6 +4,7 @@ names the flag, the value and what is allowed. Only config.json files are needed
 
 import logging
 import re
+import sys
 
 import pytest
 
@@ -22,6 +23,12 @@ def parse(sglang_with_plugin, tiny_configs):
 
     def _parse(*extra, target=None):
         argv = ["--model-path", target or tiny_configs["target"], "--device", "cuda", "--skip-tokenizer-init"]
+        # prepare_server_args sets up logging (basicConfig(force=True)) after parsing, and a deprecated flag warns
+        # while parsing (0.5.22: --enable-dp-attention): through a root handler an earlier test's call left on that
+        # test's captured, now closed, stderr.
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+                handler.stream = sys.stderr  # (setStream would flush the closed one first)
         server_args = prepare_server_args(argv + list(extra))
         adapter().resolve(server_args)
         return server_args
@@ -170,6 +177,18 @@ def test_flags_without_ddtree_warn_and_change_nothing(parse, tiny_configs, ddtre
     assert "--speculative-ddtree-budget=32 has no effect without --speculative-algorithm DDTREE" in ddtree_logs.text
 
 
+def _installed_at_least(release):
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    return Version(version("sglang")) >= Version(release)
+
+
+# From 0.5.22 attention DP is --attn-dp-size N; the deprecated --dp-size N --enable-dp-attention resolves to it.
+_DP_REFUSAL = (r"does not support --attn-dp-size 2 yet\.$" if _installed_at_least("0.5.22")
+               else r"does not support --enable-dp-attention yet\.$")
+
 # (extra CLI args, regex the ValueError must match). Each names the flag, the value and what is allowed.
 BAD_CLI = [
     pytest.param(["--speculative-ddtree-budget", "0"], r"--speculative-ddtree-budget must be in \[1, 1024\], got 0\.", id="budget-0"),
@@ -182,7 +201,7 @@ BAD_CLI = [
     pytest.param(["--attention-backend", "triton", "--decode-attention-backend", "torch_native"], r"decode attention backend 'torch_native' \(from --decode-attention-backend\)", id="decode-torch_native"),
     pytest.param(["--page-size", "16"], r"supports --page-size 1 only for now, got --page-size 16\.", id="page-size"),
     pytest.param(["--pp-size", "2"], r"does not support pipeline parallelism yet: --pp-size must be 1, got 2\.", id="pp"),
-    pytest.param(["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], r"does not support --enable-dp-attention yet", id="dp-attention"),
+    pytest.param(["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], _DP_REFUSAL, id="dp-attention"),
     pytest.param(["--speculative-num-draft-tokens", "8"], r"--speculative-num-draft-tokens=8 cannot be set with --speculative-algorithm DDTREE: it is derived as --speculative-ddtree-budget \+ 1", id="num-draft-tokens"),
     pytest.param(["--speculative-eagle-topk", "4"], r"--speculative-eagle-topk=4 cannot be set with --speculative-algorithm DDTREE: it is derived from --speculative-ddtree-topk", id="eagle-topk"),
     pytest.param(["--speculative-num-steps", "3"], r"--speculative-num-steps=3 cannot be set with --speculative-algorithm DDTREE", id="num-steps"),
@@ -278,6 +297,13 @@ def test_bad_cli_input_fails_fast_with_a_clear_message(parse, tiny_configs, caps
                                               *extra), message)
 
 
+@pytest.mark.skipif(not _installed_at_least("0.5.22"), reason="--attn-dp-size is a flag from SGLang 0.5.22")
+def test_attention_dp_by_width_is_refused(parse, tiny_configs, capsys):
+    _one_line_cli_error(capsys, lambda: parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
+                                              "--attn-dp-size", "2", "--tp-size", "2"),
+                        r"--speculative-algorithm DDTREE does not support --attn-dp-size 2 yet\.$")
+
+
 @pytest.mark.parametrize("extra, message", BAD_CLI[:3] + BAD_CLI[6:7])
 def test_engine_kwargs_get_the_same_error_as_a_value_error(engine_args, tiny_configs, extra, message):
     """``sglang.Engine`` callers get a ValueError (no exit): same messages as the command line."""
@@ -364,7 +390,8 @@ def test_budget_auto_refuses_releases_whose_backends_read_get_spec(engine_args, 
 
     installed = compat.adapter()  # its resolution, another family's name
     monkeypatch.setattr(compat, "adapter",
-                        lambda: types.SimpleNamespace(family="0.5.17", resolve_fields=installed.resolve_fields))
+                        lambda: types.SimpleNamespace(family="0.5.17", resolve_fields=installed.resolve_fields,
+                                                      attention_dp_flag=installed.attention_dp_flag))
     with pytest.raises(ValueError, match=r"--speculative-ddtree-budget auto needs SGLang 0.5.16 for now .* "
                                          r"installed family 0.5.17; use a fixed budget"):
         engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],

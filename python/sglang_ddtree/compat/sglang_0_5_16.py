@@ -64,6 +64,11 @@ class Adapter:
         the launcher does before it reads them; DDTREE validation runs here. Here construction resolves
         (``ServerArgs.__post_init__``): nothing left to do."""
 
+    def attention_dp_flag(self, view):
+        """The flag that turned attention data parallelism on in resolved server args ``view`` (None when off),
+        as validation names it in its refusal."""
+        return "--enable-dp-attention" if view.enable_dp_attention else None
+
     # ---- the drafter (worker.worker) -----------------------------------------------------------------
     def init_dflash_worker(self, init: Callable, draft_server_args, config, gpu_id, ps, nccl_port, target_worker):
         """``DFlashWorkerV2.__init__`` (``init``, bound) with the drafter's view of the server args and the
@@ -100,6 +105,13 @@ class Adapter:
     def target_model_config(self, server_args):
         """Upstream's ``ModelConfig`` of the target (raises where upstream cannot read it)."""
         return server_args.get_model_config()
+
+    # ---- fa3's fused tree attention (worker.fa3_tree) ----------------------------------------------------
+    def build_trtllm_mha_page_table(self, **kwargs) -> None:
+        """Upstream's page-table builder fa3 uses for its prefix metadata (keyword arguments as upstream's)."""
+        from sglang.kernels.ops.kvcache.trtllm_mha_page_table import build_trtllm_mha_page_table
+
+        build_trtllm_mha_page_table(**kwargs)
 
     # ---- features a release cannot carry ----------------------------------------------------------------
     def refused_features(self) -> Dict[str, str]:
