@@ -219,7 +219,7 @@ def _init_sglang_cpu():
         port = s.getsockname()[1]
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
-    ps.initialize_model_parallel(1)
+    ps.initialize_model_parallel()  # one rank: every width is 1 (0.5.16 defaults; from 0.5.22 the published ones)
     return sa
 
 

@@ -58,7 +58,7 @@ def main():
     get_context().override_server_args().install()
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"tcp://127.0.0.1:{sys.argv[2]}")
-    ps.initialize_model_parallel(1)
+    ps.initialize_model_parallel()  # one rank: every width is 1 (0.5.16's defaults; from 0.5.22 the published ones)
 
     import sglang.srt.models.dflash as upstream
     from safetensors.torch import load_file
