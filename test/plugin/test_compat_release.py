@@ -255,12 +255,13 @@ def _unresolved_ddtree_args(**fields):
         "prefill_attention_backend": None, "decode_attention_backend": None, "disaggregation_mode": "null", **fields})
 
 
-@pytest.mark.parametrize("release", ["0.5.16", "0.5.18", "0.5.19"])
+@pytest.mark.parametrize("release", ["0.5.16", "0.5.18", "0.5.19", "0.5.20"])
 def test_ddtree_widths_are_the_resolution_result(monkeypatch, release):
     """From 0.5.19 resolution declares: ``_handle_dflash`` puts the drafter's widths (verify width = block size L,
     topk 1) in the record's stash and leaves the fields raw, and the config bags are projected from the stash (last
     writer wins). DDTREE's widths must then be declared after them, and be on the record too, where
-    ``DDTreeConfig.from_server_args`` reads them. Before 0.5.19 the record's fields are the result (plain writes).
+    ``DDTreeConfig.from_server_args`` reads them. Before 0.5.19 the record's fields are the result (plain writes);
+    from 0.5.20 DDTREE is handed a stand-in whose plain writes upstream declares (record_foreign_defaults).
     Upstream's pipeline is stood in (with 0.5.19's semantics), so this runs against every release."""
     from sglang.srt.arg_groups import overrides, speculative_hook
 

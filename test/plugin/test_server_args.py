@@ -13,6 +13,14 @@ pytest.importorskip("sglang")
 DDTREE = ["--speculative-algorithm", "DDTREE"]
 
 
+def _installed_at_least(release):
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    return Version(version("sglang")) >= Version(release)
+
+
 @pytest.fixture
 def parse(sglang_with_plugin, tiny_configs):
     """prepare_server_args exactly as `python -m sglang.launch_server` calls it, then the resolution the
@@ -104,6 +112,53 @@ def test_defaults_map_onto_native_fields(parse, tiny_configs, ddtree_logs):
     assert "budget=64 topk=8 drafter block size=16" in ddtree_logs.text
 
 
+def test_the_record_crosses_a_process_boundary_resolved(parse, tiny_configs):
+    """The scheduler subprocesses get the launcher's record by pickle: DDTREE's fields and its resolution survive
+    (from 0.5.20 the pickle rebuilds the Struct through its constructor, which re-runs DDTREE's early checks,
+    then restores the declaration stash)."""
+    import pickle
+
+    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"], "--speculative-ddtree-budget", "15",
+               "--speculative-ddtree-topk", "4")
+    copy = pickle.loads(pickle.dumps(sa))
+    assert type(copy) is type(sa) and type(sa).__name__ == "DDTreeServerArgs"
+    names = ("speculative_ddtree_budget", "speculative_ddtree_topk", "speculative_num_draft_tokens",
+             "speculative_eagle_topk", "speculative_dflash_block_size")
+    assert [getattr(resolved(copy), n) for n in names] == [getattr(resolved(sa), n) for n in names] == [15, 4, 16, 4, 8]
+
+
+@pytest.mark.skipif(not _installed_at_least("0.5.20"), reason="ServerArgs is a msgspec Struct from SGLang 0.5.20")
+def test_from_0_5_20_the_flags_are_struct_fields_in_the_spec_namespace(sglang_with_plugin):
+    """DDTreeServerArgs is a Struct subclass whose two fields join the ``spec`` namespace, so the published config
+    bag carries DDTREE's resolved values (``get_spec()``), as it carries every upstream speculative field."""
+    import msgspec
+    from sglang.srt.arg_groups.arg_utils import namespace_of
+    from sglang.srt.runtime_context import get_context, get_spec
+    from sglang.srt.server_args import ServerArgs
+
+    assert ServerArgs.__name__ == "DDTreeServerArgs" and issubclass(ServerArgs, msgspec.Struct)
+    assert ServerArgs.__struct_fields__[-2:] == ("speculative_ddtree_budget", "speculative_ddtree_topk")
+    spaces = namespace_of(ServerArgs)
+    assert spaces["speculative_ddtree_budget"] == spaces["speculative_ddtree_topk"] == "spec"
+    assert spaces["speculative_num_draft_tokens"] == "spec"  # upstream's own, unchanged
+    with get_context().override_server_args(speculative_ddtree_budget=32, speculative_ddtree_topk=2):
+        assert (get_spec().speculative_ddtree_budget, get_spec().speculative_ddtree_topk) == (32, 2)
+
+
+@pytest.mark.skipif(not _installed_at_least("0.5.20"), reason="the record is sealed from SGLang 0.5.20")
+def test_from_0_5_20_the_record_keeps_the_input_and_the_stash_the_resolution(engine_args, tiny_configs):
+    """Resolution never writes a 0.5.20 record: DDTREE's writes on the stand-in upstream hands its
+    handle_server_args are declared under upstream's custom-algorithm source, after _handle_dflash's widths."""
+    sa = engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                     speculative_ddtree_topk=16, speculative_ddtree_budget=4)
+    assert (sa.speculative_ddtree_budget, sa.speculative_ddtree_topk, sa.speculative_num_draft_tokens) == (4, 16, None)
+    assert (resolved(sa).speculative_ddtree_topk, resolved(sa).speculative_num_draft_tokens) == (4, 5)
+    sources = [source for source, fields in sa._resolved_overrides if "speculative_num_draft_tokens" in fields]
+    assert sources[-1] == "handle_speculative_decoding.custom_algo"
+    with pytest.raises(AttributeError, match="assigned after resolution"):
+        sa.speculative_ddtree_budget = 8
+
+
 def test_explicit_values_and_block_size_from_drafter(parse, tiny_configs):
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"],
                "--speculative-ddtree-budget", "15", "--speculative-ddtree-topk", "4",
@@ -175,14 +230,6 @@ def test_flags_without_ddtree_warn_and_change_nothing(parse, tiny_configs, ddtre
     sa = parse("--speculative-ddtree-budget", "32")
     assert resolved(sa).speculative_algorithm is None and resolved(sa).speculative_num_draft_tokens is None
     assert "--speculative-ddtree-budget=32 has no effect without --speculative-algorithm DDTREE" in ddtree_logs.text
-
-
-def _installed_at_least(release):
-    from importlib.metadata import version
-
-    from packaging.version import Version
-
-    return Version(version("sglang")) >= Version(release)
 
 
 # From 0.5.22 attention DP is --attn-dp-size N; the deprecated --dp-size N --enable-dp-attention resolves to it.
