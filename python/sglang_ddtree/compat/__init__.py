@@ -127,8 +127,6 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          enable_mamba_extra_buffer="hybrid: radix track slots (extra_buffer strategy)"),
     *_on(_SERVER_ARGS, MEMBER, ">=0.5.20",
          _NS_BY_FIELD="compat adapter 0.5.20: the assembled record's {field: namespace}; DDTREE's fields join 'spec'"),
-    Symbol("sglang.srt.arg_groups.arg_utils.is_record",
-           "compat adapter 0.5.20: a record (read through resolved_view) or a resolver's stand-in", ATTR, ">=0.5.20"),
     Symbol("sglang.srt.arg_groups.overrides.record_foreign_defaults",
            "compat adapter 0.5.20: hands DDTreeSpecAlgo.handle_server_args a stand-in and declares its writes", ATTR,
            ">=0.5.20"),

@@ -40,10 +40,15 @@ class Adapter(sglang_0_5_19.Adapter):
             setattr(server_args, name, value)
 
     def resolved(self, server_args):
-        from sglang.srt.arg_groups.arg_utils import is_record
+        # A record (a Struct: its fields are the raw input) is read through its declarations; the stand-in a
+        # resolver is handed (its writes first, then the resolving view) and plain objects are read as they are.
+        import msgspec
+
+        if not isinstance(server_args, msgspec.Struct):
+            return server_args
         from sglang.srt.arg_groups.overrides import resolved_view
 
-        return resolved_view(server_args) if is_record(server_args) else server_args
+        return resolved_view(server_args)
 
     def write_fields(self, server_args, source: str, fields: Dict[str, object]) -> None:
         # The drafter's private copy (worker.draft_view): its stash declares the drafter's widths, and its fields
