@@ -98,7 +98,7 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def _maybe_build_draft_sampler(self):
         """Fold the top-K head into the draft CUDA graph (tp == 1); None keeps it eager."""
-        head, reason = self._make_head(max_bs=max(self.server_args.cuda_graph_config.decode.bs))
+        head, reason = self._make_head(max_bs=max(resolved_args(self.server_args).cuda_graph_config.decode.bs))
         if head is None or head.tp_size > 1:
             if get_tp_group().rank_in_group == 0:
                 logger.info("DDTREE draft top-K head kept eager (%s).", reason or "tp > 1")
@@ -126,7 +126,8 @@ class DDTreeWorker(DFlashWorkerV2):
             return draft_kv_graph.DraftKVAppendGraphs(
                 self._append_target_hidden_to_draft_kv_by_loc, batch_sizes=batch_sizes,
                 width=self.config.accept_width, hidden_dim=int(self.draft_model.fc.in_features),
-                dtype=self.target_worker.model_runner.dtype, device=self.device, is_rank0=get_tp_group().rank_in_group == 0)
+                dtype=self.target_worker.model_runner.dtype, device=self.device,
+                is_rank0=get_tp_group().rank_in_group == 0)
         except Exception as e:  # e.g. a drafter whose append cannot be captured: the eager call, said once
             logger.warning("DDTREE: draft-KV append graphs not captured (%s: %s); the eager append runs every round "
                            "(%s=0 skips the attempt).", type(e).__name__, e, draft_kv_graph.ENV)
