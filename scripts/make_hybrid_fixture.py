@@ -226,7 +226,7 @@ def _init_sglang_cpu():
 
 
 def _stamp_single_rank() -> None:
-    """From 0.5.23 a process's ranks are written by the scheduler's rank bundle, which this check has none of: the
+    """From 0.5.21 a process's ranks are written by the scheduler's rank bundle, which this check has none of: the
     one process is rank 0 (``get_parallel().override_permanently``, upstream's way to state them without one)."""
     from sglang.srt import runtime_context
 
@@ -234,7 +234,7 @@ def _stamp_single_rank() -> None:
     if parallel is None or not hasattr(parallel, "override_permanently"):
         return
     unwritten = {}
-    for name in sorted(getattr(runtime_context, "_parallel_fields", frozenset)()):  # (0.5.22+)
+    for name in sorted(getattr(runtime_context, "_parallel_fields", frozenset)()):  # (0.5.21+)
         if name.endswith("_rank"):
             try:
                 getattr(parallel, name)
