@@ -37,6 +37,7 @@ exit 1 if a check fails. What a CPU cannot check: SGLang's GPU kernels (GDN, att
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
@@ -238,8 +239,28 @@ def _init_sglang_cpu():
         port = s.getsockname()[1]
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
-    ps.initialize_model_parallel(1)
+    ps.initialize_model_parallel()  # one rank: every width is 1 (0.5.16 defaults; from 0.5.22 the published ones)
+    _stamp_single_rank()
     return sa
+
+
+def _stamp_single_rank() -> None:
+    """From 0.5.21 a process's ranks are written by the scheduler's rank bundle, which this check has none of: the
+    one process is rank 0 (``get_parallel().override_permanently``, upstream's way to state them without one)."""
+    from sglang.srt import runtime_context
+
+    parallel = getattr(runtime_context, "get_parallel", lambda: None)()
+    if parallel is None or not hasattr(parallel, "override_permanently"):
+        return
+    unwritten = {}
+    for name in sorted(getattr(runtime_context, "_parallel_fields", frozenset)()):  # (0.5.21+)
+        if name.endswith("_rank"):
+            try:
+                getattr(parallel, name)
+            except RuntimeError:
+                unwritten[name] = 0
+    if unwritten:
+        parallel.override_permanently(**unwritten)
 
 
 _STACKED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),
@@ -322,7 +343,8 @@ def _ddtree_refusals(model_config) -> dict:
             _check_unsupported_features(args)
 
     for where, call in (("validation", validate),
-                        ("worker", lambda: DDTreeWorker(server_args, 0, None, 0, target_worker))):
+                        ("worker", lambda: DDTreeWorker(server_args=server_args, gpu_id=0, nccl_port=0,  # as the
+                                                        target_worker=target_worker))):  # scheduler calls it
         try:
             call()
             out[where] = None
@@ -380,7 +402,9 @@ def check_fixture(target_dir: str, draft_dir: str) -> dict:
     from sglang_ddtree.validation import is_hybrid_linear_attention
 
     mc = ModelConfig(target_dir)
-    initialize_dp_attention(sa, mc)
+    # 0.5.22 dropped its model_config parameter (it reads the published topology only)
+    initialize_dp_attention(*((sa, mc) if "model_config" in inspect.signature(initialize_dp_attention).parameters
+                              else (sa,)))
     text = mambaish_config(mc)
     cls, arch = get_model_architecture(mc)
     rep = {"hf_config": type(mc.hf_config).__name__, "architecture": arch, "model_class": cls.__name__,

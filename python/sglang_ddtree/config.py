@@ -6,7 +6,7 @@ native speculative fields at argument validation (``sglang_ddtree.validation``) 
 ``DDTreeConfig.from_server_args`` (the one derivation, used by the worker, the hooks and the metrics) ->
 constructor arguments. Static shapes of a round (verify width, max depth, accept width, KV reserve) are
 properties of this object and nowhere else. Also the one "is this DDTREE" predicate. This module imports
-neither torch nor SGLang.
+neither torch nor SGLang at import time (reading server args asks the compat adapter).
 
 Vocabulary (also ``sglang_ddtree.tree``): a round verifies a tree of ``budget`` draft nodes plus the root;
 **accepted drafts** are the draft nodes the target confirms (0..D); the round then commits them plus
@@ -130,8 +130,19 @@ def is_ddtree(value: Any) -> bool:
     return isinstance(value, str) and value.upper() == ALGORITHM_NAME
 
 
+def resolved_args(server_args: Any) -> Any:
+    """``server_args`` as resolution left it, to read fields from: the compat adapter's ``resolved`` (from SGLang
+    0.5.20 a record's fields keep the raw input and the resolution lives in its declarations). Imports SGLang."""
+    from sglang_ddtree.compat import adapter
+
+    return adapter().resolved(server_args)
+
+
 def is_validated_ddtree_args(server_args: Any) -> bool:
     """DDTREE server args that already passed validation (the DDTREE fields are filled in)."""
+    if server_args is None:
+        return False
+    server_args = resolved_args(server_args)
     return (
         is_ddtree(getattr(server_args, "speculative_algorithm", None))
         and getattr(server_args, "speculative_ddtree_budget", None) is not None
@@ -212,6 +223,7 @@ class DDTreeConfig:
         ``ValueError`` for server args that did not pass DDTREE validation."""
         if not is_validated_ddtree_args(server_args):
             raise ValueError("DDTreeConfig.from_server_args needs server args validated for DDTREE.")
+        server_args = resolved_args(server_args)
         budget = server_args.speculative_ddtree_budget
         adaptive = isinstance(budget, str) and budget.strip().lower() == AUTO
         return cls(

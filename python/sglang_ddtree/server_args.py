@@ -1,16 +1,16 @@
 """The DDTREE flags as ``ServerArgs`` fields.
 
-``DDTreeServerArgs`` is upstream's ``ServerArgs`` dataclass plus two fields. The plugin installs it
+``DDTreeServerArgs`` is upstream's ``ServerArgs`` record plus two fields (a dataclass up to SGLang 0.5.19, a
+msgspec Struct from 0.5.20: the compat adapter's ``server_args_record`` makes the class either). The plugin installs it
 in place of ``sglang.srt.server_args.ServerArgs`` (and ``Engine.server_args_class``) with a class
 REPLACE hook, so ``python -m sglang.launch_server --help`` lists the flags (upstream derives its CLI
-from the dataclass fields) and ``sglang.Engine(..., speculative_ddtree_budget=...)`` accepts them.
+from the record's fields) and ``sglang.Engine(..., speculative_ddtree_budget=...)`` accepts them.
 Validation happens where upstream validates speculative arguments: ``DDTreeSpecAlgo.handle_server_args``
 (see ``sglang_ddtree.validation``). Importing this module imports SGLang's server_args module.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from typing import Optional, Union
@@ -19,6 +19,7 @@ from sglang.srt.arg_groups.arg_utils import A, Arg
 from sglang.srt.server_args import ServerArgs
 
 from sglang_ddtree.backends import TESTED_TARGET_ATTENTION_BACKENDS, default_target_backend, fa3_library_installed
+from sglang_ddtree import compat
 from sglang_ddtree.config import (
     AUTO,
     AUTO_MAX_BUDGET,
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 # the hook registry rebinds every module attribute that points at the original ServerArgs.
 
 
-@dataclasses.dataclass
+@compat.adapter().server_args_record
 class DDTreeServerArgs(ServerArgs):
     """Upstream ``ServerArgs`` plus the DDTREE flags (see the module docstring)."""
 

@@ -160,10 +160,11 @@ def _check_platform_and_parallelism(server_args) -> None:
             f"--speculative-algorithm DDTREE does not support pipeline parallelism yet: "
             f"--pp-size must be 1, got {view.pp_size}."
         )
-    if view.enable_dp_attention:
-        raise DDTreeArgumentError(
-            "--speculative-algorithm DDTREE does not support --enable-dp-attention yet."
-        )
+    from sglang_ddtree.compat import adapter
+
+    dp_flag = adapter().attention_dp_flag(view)  # --attn-dp-size N from 0.5.22
+    if dp_flag is not None:
+        raise DDTreeArgumentError(f"--speculative-algorithm DDTREE does not support {dp_flag} yet.")
     if view.page_size is not None and view.page_size > 1 and not paged_kv_enabled():
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE supports --page-size 1 only for now, got --page-size "

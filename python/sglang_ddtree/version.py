@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # Supported upstream SGLang: >= MIN and < MAX_EXCLUSIVE (see ../shared/DESIGN.md, "Upstream releases").
 SUPPORTED_SGLANG_MIN = "0.5.16"
-SUPPORTED_SGLANG_MAX_EXCLUSIVE = "0.5.20"
+SUPPORTED_SGLANG_MAX_EXCLUSIVE = "0.5.24"
 SUPPORTED_SGLANG_SPEC = f">={SUPPORTED_SGLANG_MIN},<{SUPPORTED_SGLANG_MAX_EXCLUSIVE}"
 
 
@@ -33,4 +33,8 @@ SUPPORT_MATRIX = {
     "0.5.17": Release("2.11.0", "0.4.5", "0.6.15.post1", CPU_VERIFIED),
     "0.5.18": Release("2.13.0", "0.4.6.post1", "0.6.17", CPU_VERIFIED),
     "0.5.19": Release("2.13.0", "0.4.6.post1", "0.6.18", CPU_VERIFIED),
+    "0.5.20": Release("2.13.0", "0.4.7", "0.6.18", CPU_VERIFIED),
+    "0.5.21": Release("2.13.0", "0.4.7", "0.6.18", CPU_VERIFIED),
+    "0.5.22": Release("2.14.1", "0.4.9", "0.7.1", CPU_VERIFIED),
+    "0.5.23": Release("2.14.1", "0.4.10", "0.7.2", CPU_VERIFIED),
 }

@@ -294,13 +294,21 @@ class SourceTree:
     def names(self, owner: Target, kind: str) -> set:
         """The names ``owner`` (and its upstream bases) has, as ``kind`` counts them."""
         classes = self.mro(owner)
-        members = {n for k in classes for n in _class_names(k.node)}
+        members = {n for k in classes for n in set(_class_names(k.node)) | self.set_on_class(k)}
         fields = {n for k in classes + [c for k in classes for c in self.composed(k)] for n in _fields(k.node)}
         if kind == compat.MEMBER:
             return members
         if kind == compat.FIELD:
             return fields
         return members | fields | {n for k in classes for n in self.self_assigned(k)}  # INSTANCE
+
+    def set_on_class(self, t: Target) -> set:
+        """Class attributes its module sets after the class statement (``X.attr = ...``, as ServerArgs' ``_NS_BY_FIELD``
+        since 0.5.20, which the rebuild then carries over through its namespace)."""
+        mod, name = self.module(t.module), t.node.name
+        return {tg.attr for stmt in mod.body if isinstance(stmt, ast.Assign) and stmt.lineno > t.node.lineno
+                for tg in stmt.targets
+                if isinstance(tg, ast.Attribute) and isinstance(tg.value, ast.Name) and tg.value.id == name}
 
     def self_assigned(self, t: Target) -> frozenset:
         key = (t.module, t.node.lineno)

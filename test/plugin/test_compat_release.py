@@ -25,7 +25,8 @@ def test_every_supported_release_has_a_family_and_a_row():
 
 
 @pytest.mark.parametrize("release, family", [("0.5.16", "0.5.16"), ("0.5.17", "0.5.17"), ("0.5.18", "0.5.18"),
-                                             ("0.5.18.post1", "0.5.18"), ("0.5.19", "0.5.19"), ("0.5.23", "0.5.19")])
+                                             ("0.5.18.post1", "0.5.18"), ("0.5.19", "0.5.19"), ("0.5.20", "0.5.20"),
+                                             ("0.5.21", "0.5.21"), ("0.5.23", compat.FAMILIES[-1].first)])
 def test_a_release_belongs_to_the_last_family_not_newer(release, family):
     assert compat.family_of(release).first == family
 
@@ -126,11 +127,56 @@ def test_drafter_widths_scope_the_process_wide_spec_namespace():
 
 
 def test_init_dflash_worker_runs_in_the_drafters_widths(monkeypatch):
+    """DFlashWorkerV2.__init__ runs inside the drafter's widths with the arguments upstream's signature names:
+    the parallel state up to 0.5.20, none from 0.5.21 (the scheduler passes none; the DDTREE worker gets ps=None)."""
+    import inspect
+
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
+    takes_ps = "ps" in inspect.signature(DFlashWorkerV2.__init__).parameters
     a, seen = compat.adapter(), []
     monkeypatch.setattr(type(a), "drafter_widths", lambda self, config: _Recorder(seen, config))
-    a.init_dflash_worker(lambda *args: seen.append(("init", args)), "view", "cfg", 0, "ps", 1234, "tw")
+    a.init_dflash_worker(_Worker(seen).init, "view", "cfg", 0, "ps" if takes_ps else None, 1234, "tw")
     assert seen[0] == ("enter", "cfg") and seen[-1] == ("exit", "cfg")
-    assert seen[1][0] == "init" and seen[1][1][0] == "view" and seen[1][1][-1] == "tw"
+    assert seen[1] == ("init", ("view", 0, "ps", 1234, "tw") if takes_ps else ("view", 0, 1234, "tw"))
+
+
+class _Worker:
+    """Stands in for the DDTREE worker: an adapter gets its bound ``DFlashWorkerV2.__init__`` (``init``)."""
+
+    def __init__(self, seen, processor=None):
+        self.seen, self.processor = seen, processor
+
+    def init(self, *args):
+        self.seen.append(("init", args))
+        if self.processor is not None:  # what 0.5.23's DFlashWorkerV2.__init__ does
+            self._target_logits_processor = self.processor
+            self.processor.defer_verify_gather = True
+
+
+@pytest.mark.parametrize("release, takes_ps", [("0.5.20", True), ("0.5.21", False), ("0.5.23", False)])
+def test_the_parallel_state_is_passed_up_to_0_5_20(monkeypatch, release, takes_ps):
+    import contextlib
+
+    a, seen = compat.adapter_for(release), []
+    monkeypatch.setattr(type(a), "drafter_widths", lambda self, config: contextlib.nullcontext())
+    a.init_dflash_worker(_Worker(seen).init, "view", "cfg", 0, "ps" if takes_ps else None, 1, "tw")
+    assert seen == [("init", ("view", 0, "ps", 1, "tw") if takes_ps else ("view", 0, 1, "tw"))]
+    if not takes_ps:
+        with pytest.raises(AssertionError, match="no parallel state"):
+            a.init_dflash_worker(_Worker([]).init, "view", "cfg", 0, "ps", 1, "tw")
+
+
+@pytest.mark.parametrize("release, deferred", [("0.5.22", True), ("0.5.23", False)])
+def test_0_5_23_turns_the_deferred_verify_gather_off_again(monkeypatch, release, deferred):
+    """0.5.23's DFlashWorkerV2.__init__ defers the target's verify logits gather (a vocab shard under TP > 1); the
+    DDTREE worker reads whole rows, so the adapter turns it off after the init (earlier releases never defer)."""
+    import contextlib
+
+    a, processor = compat.adapter_for(release), types.SimpleNamespace(defer_verify_gather=False)
+    monkeypatch.setattr(type(a), "drafter_widths", lambda self, config: contextlib.nullcontext())
+    a.init_dflash_worker(_Worker([], processor).init, "view", "cfg", 0, None, 1, "tw")
+    assert processor.defer_verify_gather is deferred
 
 
 class _Recorder:
@@ -209,12 +255,13 @@ def _unresolved_ddtree_args(**fields):
         "prefill_attention_backend": None, "decode_attention_backend": None, "disaggregation_mode": "null", **fields})
 
 
-@pytest.mark.parametrize("release", ["0.5.16", "0.5.18", "0.5.19"])
+@pytest.mark.parametrize("release", ["0.5.16", "0.5.18", "0.5.19", "0.5.20"])
 def test_ddtree_widths_are_the_resolution_result(monkeypatch, release):
     """From 0.5.19 resolution declares: ``_handle_dflash`` puts the drafter's widths (verify width = block size L,
     topk 1) in the record's stash and leaves the fields raw, and the config bags are projected from the stash (last
     writer wins). DDTREE's widths must then be declared after them, and be on the record too, where
-    ``DDTreeConfig.from_server_args`` reads them. Before 0.5.19 the record's fields are the result (plain writes).
+    ``DDTreeConfig.from_server_args`` reads them. Before 0.5.19 the record's fields are the result (plain writes);
+    from 0.5.20 DDTREE is handed a stand-in whose plain writes upstream declares (record_foreign_defaults).
     Upstream's pipeline is stood in (with 0.5.19's semantics), so this runs against every release."""
     from sglang.srt.arg_groups import overrides, speculative_hook
 

@@ -70,8 +70,8 @@ def test_sglang_outside_the_range_fails_with_the_fix(monkeypatch):
     monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.9.0")
     check = doctor.check_sglang()
     assert check.status == "FAIL"
-    assert check.detail == "0.9.0 is outside the supported range >=0.5.16,<0.5.20"
-    assert "pip install 'sglang>=0.5.16,<0.5.20'" in check.fix
+    assert check.detail == "0.9.0 is outside the supported range >=0.5.16,<0.5.24"
+    assert "pip install 'sglang>=0.5.16,<0.5.24'" in check.fix
 
 
 def test_a_release_in_the_range_but_not_in_the_matrix_is_a_warning(monkeypatch):
@@ -80,8 +80,8 @@ def test_a_release_in_the_range_but_not_in_the_matrix_is_a_warning(monkeypatch):
     monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.5.17.post1")
     check = doctor.check_sglang()
     assert check.status == "WARN" and not check.required
-    assert "0.5.17.post1 is inside >=0.5.16,<0.5.20 but not in the support matrix" in check.detail
-    assert check.fix == "prefer a listed release: pip install 'sglang==0.5.19'"
+    assert "0.5.17.post1 is inside >=0.5.16,<0.5.24 but not in the support matrix" in check.detail
+    assert check.fix == "prefer a listed release: pip install 'sglang==0.5.23'"
 
 
 def test_missing_upstream_symbol_is_named(monkeypatch):

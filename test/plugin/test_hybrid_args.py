@@ -57,6 +57,8 @@ def test_state_bytes_per_node_equal_upstreams_mamba_cache_per_req(monkeypatch, t
     cfg = _qwen3_next(linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64,
                       linear_value_head_dim=32, linear_conv_kernel_dim=4)
     monkeypatch.setattr(qn, "get_parallel", lambda: types.SimpleNamespace(attn_tp_size=tp))
+    if hasattr(qn, "linear_attn_tp_size"):  # from 0.5.23 the state shape's TP width comes from here
+        monkeypatch.setattr(qn, "linear_attn_tp_size", lambda: tp)
     assert hybrid_args.gdn_state_bytes_per_node(cfg, tp) == cfg.mamba2_cache_params.mamba_cache_per_req
     assert len(hybrid_args.gdn_layer_ids(cfg)) == 6  # 8 layers, every 4th full attention
 

@@ -37,8 +37,10 @@ def test_load_plugins_registers_ddtree_in_a_fresh_process():
         print(json.dumps({
             "algo": type(algo).__name__, "name": algo.name, "overlap": algo.supports_overlap,
             "server_args": sa.ServerArgs.__name__, "engine_args": Engine.server_args_class.__name__,
+            # the record's fields: a dataclass's up to 0.5.19, a msgspec Struct's from 0.5.20
             "fields": [f for f in ("speculative_ddtree_budget", "speculative_ddtree_topk")
-                       if f in sa.ServerArgs.__dataclass_fields__],
+                       if f in (getattr(sa.ServerArgs, "__dataclass_fields__", None)
+                                or sa.ServerArgs.__struct_fields__)],
         }))
     """)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -118,7 +120,7 @@ def test_unsupported_sglang_version_is_a_clear_runtime_error(monkeypatch):
 
     monkeypatch.setattr(plugin, "_registered", False)
     monkeypatch.setattr(plugin, "installed_sglang_version", lambda: "0.9.0")
-    with pytest.raises(RuntimeError, match=r"supports sglang>=0\.5\.16,<0\.5\.20, but sglang 0\.9\.0 is installed"):
+    with pytest.raises(RuntimeError, match=r"supports sglang>=0\.5\.16,<0\.5\.24, but sglang 0\.9\.0 is installed"):
         plugin.register()
     monkeypatch.setattr(plugin, "installed_sglang_version", lambda: None)
     with pytest.raises(RuntimeError, match="no sglang is installed"):
@@ -129,7 +131,7 @@ def test_supported_range_is_stated_once():
     import sglang_ddtree
     from sglang_ddtree.version import SUPPORTED_SGLANG_SPEC
 
-    assert SUPPORTED_SGLANG_SPEC == ">=0.5.16,<0.5.20"
+    assert SUPPORTED_SGLANG_SPEC == ">=0.5.16,<0.5.24"
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 

@@ -4,12 +4,21 @@ names the flag, the value and what is allowed. Only config.json files are needed
 
 import logging
 import re
+import sys
 
 import pytest
 
 pytest.importorskip("sglang")
 
 DDTREE = ["--speculative-algorithm", "DDTREE"]
+
+
+def _installed_at_least(release):
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    return Version(version("sglang")) >= Version(release)
 
 
 @pytest.fixture
@@ -22,6 +31,12 @@ def parse(sglang_with_plugin, tiny_configs):
 
     def _parse(*extra, target=None):
         argv = ["--model-path", target or tiny_configs["target"], "--device", "cuda", "--skip-tokenizer-init"]
+        # prepare_server_args sets up logging (basicConfig(force=True)) after parsing, and a deprecated flag warns
+        # while parsing (0.5.22: --enable-dp-attention): through a root handler an earlier test's call left on that
+        # test's captured, now closed, stderr.
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(handler.stream, "closed", False):
+                handler.stream = sys.stderr  # (setStream would flush the closed one first)
         server_args = prepare_server_args(argv + list(extra))
         adapter().resolve(server_args)
         return server_args
@@ -73,44 +88,97 @@ def engine_args(sglang_with_plugin, tiny_configs):
     return _make
 
 
-def test_defaults_map_onto_native_fields(parse, tiny_configs, ddtree_logs):
-    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"])
-    assert sa.speculative_algorithm == "DDTREE"
-    assert (sa.speculative_ddtree_budget, sa.speculative_ddtree_topk) == (64, 8)
-    assert sa.speculative_num_draft_tokens == 65  # budget + root
-    assert sa.speculative_eagle_topk == 8
-    assert sa.speculative_num_steps == 1
-    assert sa.speculative_dflash_block_size == 16  # read from the drafter's config
-    # What upstream's config projection reads (from 0.5.19 the declarations, where _handle_dflash declared the
-    # drafter's widths 16 / 1 first) agrees with the fields.
+def resolved(server_args):
+    """What resolution decided: upstream's ``resolved_view`` (the declarations over the fields). Up to 0.5.18 the
+    fields are the result; 0.5.19 declares and writes both; from 0.5.20 a record's fields keep the raw input, and
+    only the declarations (what the config bags are projected from) carry DDTREE's resolution."""
     from sglang.srt.arg_groups.overrides import resolved_view
 
-    view = resolved_view(sa)
-    assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk, view.speculative_ddtree_budget) == (65, 8, 64)
-    assert sa.attention_backend == "triton"
+    return resolved_view(server_args)
+
+
+def test_defaults_map_onto_native_fields(parse, tiny_configs, ddtree_logs):
+    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"])
+    view = resolved(sa)
+    assert view.speculative_algorithm == "DDTREE"
+    assert (view.speculative_ddtree_budget, view.speculative_ddtree_topk) == (64, 8)
+    assert view.speculative_num_draft_tokens == 65  # budget + root
+    assert view.speculative_eagle_topk == 8
+    assert view.speculative_num_steps == 1
+    assert view.speculative_dflash_block_size == 16  # read from the drafter's config
+    # From 0.5.19 _handle_dflash declared the drafter's widths 16 / 1 first; DDTREE's declaration is the later one.
+    assert sa.attention_backend == view.attention_backend == "triton"
     assert "no --attention-backend given; using 'triton'" in ddtree_logs.text
     assert "budget=64 topk=8 drafter block size=16" in ddtree_logs.text
+
+
+def test_the_record_crosses_a_process_boundary_resolved(parse, tiny_configs):
+    """The scheduler subprocesses get the launcher's record by pickle: DDTREE's fields and its resolution survive
+    (from 0.5.20 the pickle rebuilds the Struct through its constructor, which re-runs DDTREE's early checks,
+    then restores the declaration stash)."""
+    import pickle
+
+    sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"], "--speculative-ddtree-budget", "15",
+               "--speculative-ddtree-topk", "4")
+    copy = pickle.loads(pickle.dumps(sa))
+    assert type(copy) is type(sa) and type(sa).__name__ == "DDTreeServerArgs"
+    names = ("speculative_ddtree_budget", "speculative_ddtree_topk", "speculative_num_draft_tokens",
+             "speculative_eagle_topk", "speculative_dflash_block_size")
+    assert [getattr(resolved(copy), n) for n in names] == [getattr(resolved(sa), n) for n in names] == [15, 4, 16, 4, 8]
+
+
+@pytest.mark.skipif(not _installed_at_least("0.5.20"), reason="ServerArgs is a msgspec Struct from SGLang 0.5.20")
+def test_from_0_5_20_the_flags_are_struct_fields_in_the_spec_namespace(sglang_with_plugin):
+    """DDTreeServerArgs is a Struct subclass whose two fields join the ``spec`` namespace, so the published config
+    bag carries DDTREE's resolved values (``get_spec()``), as it carries every upstream speculative field."""
+    import msgspec
+    from sglang.srt.arg_groups.arg_utils import namespace_of
+    from sglang.srt.runtime_context import get_context, get_spec
+    from sglang.srt.server_args import ServerArgs
+
+    assert ServerArgs.__name__ == "DDTreeServerArgs" and issubclass(ServerArgs, msgspec.Struct)
+    assert ServerArgs.__struct_fields__[-2:] == ("speculative_ddtree_budget", "speculative_ddtree_topk")
+    spaces = namespace_of(ServerArgs)
+    assert spaces["speculative_ddtree_budget"] == spaces["speculative_ddtree_topk"] == "spec"
+    assert spaces["speculative_num_draft_tokens"] == "spec"  # upstream's own, unchanged
+    with get_context().override_server_args(speculative_ddtree_budget=32, speculative_ddtree_topk=2):
+        assert (get_spec().speculative_ddtree_budget, get_spec().speculative_ddtree_topk) == (32, 2)
+
+
+@pytest.mark.skipif(not _installed_at_least("0.5.20"), reason="the record is sealed from SGLang 0.5.20")
+def test_from_0_5_20_the_record_keeps_the_input_and_the_stash_the_resolution(engine_args, tiny_configs):
+    """Resolution never writes a 0.5.20 record: DDTREE's writes on the stand-in upstream hands its
+    handle_server_args are declared under upstream's custom-algorithm source, after _handle_dflash's widths."""
+    sa = engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                     speculative_ddtree_topk=16, speculative_ddtree_budget=4)
+    assert (sa.speculative_ddtree_budget, sa.speculative_ddtree_topk, sa.speculative_num_draft_tokens) == (4, 16, None)
+    assert (resolved(sa).speculative_ddtree_topk, resolved(sa).speculative_num_draft_tokens) == (4, 5)
+    sources = [source for source, fields in sa._resolved_overrides if "speculative_num_draft_tokens" in fields]
+    assert sources[-1] == "handle_speculative_decoding.custom_algo"
+    with pytest.raises(AttributeError, match="assigned after resolution"):
+        sa.speculative_ddtree_budget = 8
 
 
 def test_explicit_values_and_block_size_from_drafter(parse, tiny_configs):
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"],
                "--speculative-ddtree-budget", "15", "--speculative-ddtree-topk", "4",
                "--attention-backend", "flashinfer")
-    assert (sa.speculative_num_draft_tokens, sa.speculative_eagle_topk, sa.speculative_dflash_block_size) == (16, 4, 8)
+    view = resolved(sa)
+    assert (view.speculative_num_draft_tokens, view.speculative_eagle_topk, view.speculative_dflash_block_size) == (16, 4, 8)
     assert sa.attention_backend == "flashinfer"
 
 
 def test_budget_is_independent_of_block_size(parse, tiny_configs):
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"], "--speculative-ddtree-budget", "256")
-    assert sa.speculative_num_draft_tokens == 257 and sa.speculative_dflash_block_size == 8
+    assert resolved(sa).speculative_num_draft_tokens == 257 and resolved(sa).speculative_dflash_block_size == 8
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"], "--speculative-ddtree-budget", "1")
-    assert sa.speculative_num_draft_tokens == 2 and sa.speculative_eagle_topk == 1
+    assert resolved(sa).speculative_num_draft_tokens == 2 and resolved(sa).speculative_eagle_topk == 1
 
 
 def test_topk_above_budget_is_capped_with_one_warning(parse, tiny_configs, ddtree_logs):
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
                "--speculative-ddtree-budget", "4", "--speculative-ddtree-topk", "16")
-    assert sa.speculative_ddtree_topk == 4 and sa.speculative_eagle_topk == 4
+    assert resolved(sa).speculative_ddtree_topk == 4 and resolved(sa).speculative_eagle_topk == 4
     warnings = [r for r in ddtree_logs.records if "exceeds --speculative-ddtree-budget" in r.getMessage()]
     assert len(warnings) == 1
     assert "using --speculative-ddtree-topk=4" in warnings[0].getMessage()
@@ -136,8 +204,9 @@ def test_budget_auto_sizes_every_shape_by_the_largest_bucket(parse, engine_args,
                      "--speculative-ddtree-budget", value),
                engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                            speculative_ddtree_budget=value)):
-        assert sa.speculative_ddtree_budget == "auto"  # what the user asked for, kept
-        assert sa.speculative_num_draft_tokens == AUTO_MAX_BUDGET + 1 and sa.speculative_eagle_topk == 8
+        view = resolved(sa)
+        assert view.speculative_ddtree_budget == "auto"  # what the user asked for, kept
+        assert view.speculative_num_draft_tokens == AUTO_MAX_BUDGET + 1 and view.speculative_eagle_topk == 8
         cfg = DDTreeConfig.from_server_args(sa)
         assert cfg.adaptive and cfg.budget == AUTO_MAX_BUDGET and cfg.buckets == (0, 1, 3, 7, 15, 31, 63)
     assert "budget=auto (buckets [0, 1, 3, 7, 15, 31, 63])" in ddtree_logs.text
@@ -153,7 +222,8 @@ def test_budget_auto_refuses_tensor_parallelism(engine_args, tiny_configs):
 def test_engine_kwargs_are_accepted(engine_args, tiny_configs):
     sa = engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                      speculative_ddtree_budget=32, speculative_ddtree_topk=2)
-    assert (sa.speculative_num_draft_tokens, sa.speculative_eagle_topk) == (33, 2)
+    assert (resolved(sa).speculative_num_draft_tokens, resolved(sa).speculative_eagle_topk) == (33, 2)
+    assert (sa.speculative_ddtree_budget, sa.speculative_ddtree_topk) == (32, 2)  # the input, on the record
 
 
 @pytest.mark.parametrize("page_size", [16, 64])
@@ -176,9 +246,13 @@ def test_page_size_above_1_behind_the_experimental_switch(parse, tiny_configs, c
 
 def test_flags_without_ddtree_warn_and_change_nothing(parse, tiny_configs, ddtree_logs):
     sa = parse("--speculative-ddtree-budget", "32")
-    assert sa.speculative_algorithm is None and sa.speculative_num_draft_tokens is None
+    assert resolved(sa).speculative_algorithm is None and resolved(sa).speculative_num_draft_tokens is None
     assert "--speculative-ddtree-budget=32 has no effect without --speculative-algorithm DDTREE" in ddtree_logs.text
 
+
+# From 0.5.22 attention DP is --attn-dp-size N; the deprecated --dp-size N --enable-dp-attention resolves to it.
+_DP_REFUSAL = (r"does not support --attn-dp-size 2 yet\.$" if _installed_at_least("0.5.22")
+               else r"does not support --enable-dp-attention yet\.$")
 
 # (extra CLI args, regex the ValueError must match). Each names the flag, the value and what is allowed.
 BAD_CLI = [
@@ -192,7 +266,7 @@ BAD_CLI = [
     pytest.param(["--attention-backend", "triton", "--decode-attention-backend", "torch_native"], r"decode attention backend 'torch_native' \(from --decode-attention-backend\)", id="decode-torch_native"),
     pytest.param(["--page-size", "16"], r"supports --page-size 1 only for now, got --page-size 16 \(set SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try larger pages: not yet verified on a GPU\)\.", id="page-size"),
     pytest.param(["--pp-size", "2"], r"does not support pipeline parallelism yet: --pp-size must be 1, got 2\.", id="pp"),
-    pytest.param(["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], r"does not support --enable-dp-attention yet", id="dp-attention"),
+    pytest.param(["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], _DP_REFUSAL, id="dp-attention"),
     pytest.param(["--speculative-num-draft-tokens", "8"], r"--speculative-num-draft-tokens=8 cannot be set with --speculative-algorithm DDTREE: it is derived as --speculative-ddtree-budget \+ 1", id="num-draft-tokens"),
     pytest.param(["--speculative-eagle-topk", "4"], r"--speculative-eagle-topk=4 cannot be set with --speculative-algorithm DDTREE: it is derived from --speculative-ddtree-topk", id="eagle-topk"),
     pytest.param(["--speculative-num-steps", "3"], r"--speculative-num-steps=3 cannot be set with --speculative-algorithm DDTREE", id="num-steps"),
@@ -288,6 +362,13 @@ def test_bad_cli_input_fails_fast_with_a_clear_message(parse, tiny_configs, caps
                                               *extra), message)
 
 
+@pytest.mark.skipif(not _installed_at_least("0.5.22"), reason="--attn-dp-size is a flag from SGLang 0.5.22")
+def test_attention_dp_by_width_is_refused(parse, tiny_configs, capsys):
+    _one_line_cli_error(capsys, lambda: parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
+                                              "--attn-dp-size", "2", "--tp-size", "2"),
+                        r"--speculative-algorithm DDTREE does not support --attn-dp-size 2 yet\.$")
+
+
 @pytest.mark.parametrize("extra, message", BAD_CLI[:3] + BAD_CLI[6:7])
 def test_engine_kwargs_get_the_same_error_as_a_value_error(engine_args, tiny_configs, extra, message):
     """``sglang.Engine`` callers get a ValueError (no exit): same messages as the command line."""
@@ -374,7 +455,8 @@ def test_budget_auto_refuses_releases_whose_backends_read_get_spec(engine_args, 
 
     installed = compat.adapter()  # its resolution, another family's name
     monkeypatch.setattr(compat, "adapter",
-                        lambda: types.SimpleNamespace(family="0.5.17", resolve_fields=installed.resolve_fields))
+                        lambda: types.SimpleNamespace(family="0.5.17", resolve_fields=installed.resolve_fields,
+                                                      attention_dp_flag=installed.attention_dp_flag))
     with pytest.raises(ValueError, match=r"--speculative-ddtree-budget auto needs SGLang 0.5.16 for now .* "
                                          r"installed family 0.5.17; use a fixed budget"):
         engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],

@@ -115,7 +115,7 @@ def _worker_stand_in(monkeypatch, graphs_sizes=(1, 2, 4)):
     from sglang_ddtree.config import DDTreeConfig
     from sglang_ddtree.worker import worker as worker_mod
 
-    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(world_size=1))
+    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(world_size=1, rank_in_group=0))
     from collections import namedtuple
 
     key = namedtuple("GraphKey", "size stream_idx variant_label")  # upstream's full-graph backend keys
@@ -127,7 +127,7 @@ def _worker_stand_in(monkeypatch, graphs_sizes=(1, 2, 4)):
     w.config = DDTreeConfig(budget=15, topk=4, block_size=16)
     w.draft_model_runner = SimpleNamespace(decode_cuda_graph_runner=SimpleNamespace(backend=SimpleNamespace(_graphs=keys)))
     w.draft_model = SimpleNamespace(fc=SimpleNamespace(in_features=3 * H))
-    w.device, w.ps = "cpu", SimpleNamespace(tp_rank=0)
+    w.device = "cpu"
     w._append_target_hidden_to_draft_kv_by_loc = lambda **kw: None
     w._fused_kv_helper = SimpleNamespace(workspace=torch.zeros(1))
     return w

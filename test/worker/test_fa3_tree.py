@@ -287,8 +287,10 @@ def test_graph_metadata_of_a_ddtree_verify_is_the_prefix_half_only(fused_on, mon
         for b, (r, n) in enumerate(zip(req_pool_indices.tolist(), cache_seqlens.tolist())):
             page_table[b, :n] = req_to_token[r, :n]
 
-    monkeypatch.setattr("sglang.kernels.ops.kvcache.trtllm_mha_page_table.build_trtllm_mha_page_table",
-                        page_table_reference)
+    from sglang_ddtree.compat import adapter
+
+    monkeypatch.setattr(type(adapter()), "build_trtllm_mha_page_table",
+                        lambda self, **kwargs: page_table_reference(**kwargs))  # upstream's builds it on the GPU
     verify = types.SimpleNamespace(is_target_verify=lambda: True)
     seq_lens = torch.tensor([1, 5, 2, 99])  # padded to a captured size: the row past bs is not read
     assert fa3_tree.apply_cuda_graph_metadata(_upstream, backend, bs, torch.cat([rpi, rpi[:1]]), seq_lens, 8, None,

@@ -65,7 +65,7 @@ def _reporter(algo="DDTREE", *, logging_rank=True, metrics_on=False, interval=4)
         enable_metrics=metrics_on, metrics_collector=None, decode_log_interval=interval, forward_ct_decode=0,
         num_generated_tokens=0, last_decode_stats_tic=0.0, last_gen_throughput=0.0, step_time_dict={},
         enable_mfu_metrics=False, _graph_backend_label="cuda graph", fwd_occupancy=float("nan"),
-        spec_num_accept_tokens=0, spec_num_forward_ct=0, spec_total_num_accept_tokens=0,
+        spec_num_accept_tokens=0, spec_num_correct_drafts=0, spec_num_forward_ct=0, spec_total_num_accept_tokens=0,
         spec_total_num_forward_ct=0, spec_num_block_accept_tokens=0, spec_num_cap_tokens=0,
         stats=types.SimpleNamespace(spec_accept_rate=None),
     )
@@ -86,6 +86,7 @@ def _round(processor, correct_drafts, algo="DDTREE"):
     assert out == "tokens"
     r = processor.metrics_reporter
     r.spec_num_accept_tokens += sum(correct_drafts) + len(correct_drafts)
+    r.spec_num_correct_drafts += sum(correct_drafts)  # from 0.5.20 upstream's rate reads it
     r.spec_num_forward_ct += len(correct_drafts)
 
 

@@ -25,6 +25,10 @@ FAMILIES: Tuple[Family, ...] = (
     Family("0.5.17", "sglang_0_5_17", "backends, graph runners and reporters read the widths from get_spec()"),
     Family("0.5.18", "sglang_0_5_18", "three hooked functions lose server_args; ServerArgs.override gone"),
     Family("0.5.19", "sglang_0_5_19", "resolution declares (resolve_once); KV-length renames; result processor; fa3"),
+    Family("0.5.20", "sglang_0_5_20", "ServerArgs a msgspec Struct, sealed; custom algorithms resolve on a stand-in"),
+    Family("0.5.21", "sglang_0_5_21", "DFlashWorkerV2.__init__ without ps"),
+    Family("0.5.22", "sglang_0_5_22", "attention data parallelism is --attn-dp-size"),
+    Family("0.5.23", "sglang_0_5_23", "deferred target-verify logits gather; trtllm_mha page table moved"),
 )
 
 

@@ -8,6 +8,7 @@ families subclass ``Adapter`` and override only what their releases changed (``c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Callable, Dict
 
 
@@ -31,6 +32,16 @@ class Adapter:
         return hook
 
     # ---- server args ---------------------------------------------------------------------------------
+    def server_args_record(self, cls):
+        """Make ``cls`` (``class X(ServerArgs)`` whose body annotates extra fields) a record type upstream reads
+        fields, CLI flags and ``Engine`` keyword arguments from. Here ``ServerArgs`` is a dataclass: so is ``cls``."""
+        return dataclasses.dataclass(cls)
+
+    def resolved(self, server_args):
+        """An object whose attributes are the resolution result of ``server_args`` (a record, the stand-in a
+        resolver is handed, or a plain object). Here resolution writes the record's fields: the record itself."""
+        return server_args
+
     def write_fields(self, server_args, source: str, fields: Dict[str, object]) -> None:
         """Set ``fields`` on a resolved copy of the server args (the drafter's view, ``worker.draft_view``);
         a plain object (CPU tests) gets plain attributes."""
@@ -52,6 +63,11 @@ class Adapter:
         """Resolve server args just constructed (``prepare_server_args``, ``Engine.server_args_class(**kw)``) as
         the launcher does before it reads them; DDTREE validation runs here. Here construction resolves
         (``ServerArgs.__post_init__``): nothing left to do."""
+
+    def attention_dp_flag(self, view):
+        """The flag that turned attention data parallelism on in resolved server args ``view`` (None when off),
+        as validation names it in its refusal."""
+        return "--enable-dp-attention" if view.enable_dp_attention else None
 
     # ---- the drafter (worker.worker) -----------------------------------------------------------------
     def init_dflash_worker(self, init: Callable, draft_server_args, config, gpu_id, ps, nccl_port, target_worker):
@@ -89,6 +105,13 @@ class Adapter:
     def target_model_config(self, server_args):
         """Upstream's ``ModelConfig`` of the target (raises where upstream cannot read it)."""
         return server_args.get_model_config()
+
+    # ---- fa3's fused tree attention (worker.fa3_tree) ----------------------------------------------------
+    def build_trtllm_mha_page_table(self, **kwargs) -> None:
+        """Upstream's page-table builder fa3 uses for its prefix metadata (keyword arguments as upstream's)."""
+        from sglang.kernels.ops.kvcache.trtllm_mha_page_table import build_trtllm_mha_page_table
+
+        build_trtllm_mha_page_table(**kwargs)
 
     # ---- features a release cannot carry ----------------------------------------------------------------
     def refused_features(self) -> Dict[str, str]:

@@ -120,15 +120,16 @@ def apply_cuda_graph_metadata(original, backend, bs, req_pool_indices, seq_lens,
         return original(backend, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens, forward_mode,
                         spec_info, seq_lens_cpu, *args, **kwargs)
     import torch
-    from sglang.kernels.ops.kvcache.trtllm_mha_page_table import build_trtllm_mha_page_table
+
+    from sglang_ddtree.compat import adapter
 
     metadata = backend.target_verify_metadata_topk_normal[bs]
     metadata.cache_seqlens_int32.copy_(seq_lens[:bs])  # the prefix: every tree row sees all of it
     metadata.max_seq_len_k = backend.max_context_len  # static bound (max_seq_len_q = N, cu_seqlens_q: capture's)
     metadata.cu_seqlens_k[1:].copy_(torch.cumsum(metadata.cache_seqlens_int32, dim=0, dtype=torch.int32))
-    build_trtllm_mha_page_table(req_to_token=backend.req_to_token, req_pool_indices=req_pool_indices[:bs],
-                                cache_seqlens=metadata.cache_seqlens_int32, page_table=metadata.page_table,
-                                page_size=backend.page_size)
+    adapter().build_trtllm_mha_page_table(  # its module moved in 0.5.23
+        req_to_token=backend.req_to_token, req_pool_indices=req_pool_indices[:bs],
+        cache_seqlens=metadata.cache_seqlens_int32, page_table=metadata.page_table, page_size=backend.page_size)
     backend.forward_metadata = metadata
     backend.forward_metadata_spec_decode_expand = None  # upstream's cascade cannot run on this metadata
     return None

@@ -16,7 +16,7 @@ import collections
 import logging
 from typing import Dict, List, Optional, Sequence
 
-from sglang_ddtree.config import DDTreeConfig, is_ddtree, is_validated_ddtree_args
+from sglang_ddtree.config import DDTreeConfig, is_ddtree, is_validated_ddtree_args, resolved_args
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def report_decode_stats(original, reporter, *args, **kwargs):
     hist: Optional[AcceptHistogram] = getattr(reporter, HIST_ATTR, None)
     if hist is None or hist.rounds == 0 or reporter.forward_ct_decode % reporter.decode_log_interval != 0:
         return original(reporter, *args, **kwargs)
-    server_args = reporter.scheduler.server_args
+    server_args = resolved_args(reporter.scheduler.server_args)  # the widths upstream's line is made of
     accept_tokens, rounds = reporter.spec_num_accept_tokens, reporter.spec_num_forward_ct
     if rounds <= 0:
         return original(reporter, *args, **kwargs)

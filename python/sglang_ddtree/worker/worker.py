@@ -36,7 +36,7 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_ddtree.compat import adapter
-from sglang_ddtree.config import DDTreeConfig
+from sglang_ddtree.config import DDTreeConfig, resolved_args
 from sglang_ddtree.worker.draft_head import build_draft_head
 from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling
@@ -50,11 +50,13 @@ logger = logging.getLogger(__name__)
 class DDTreeWorker(DFlashWorkerV2):
     """``DFlashWorkerV2`` with DDTree's decode round (see the module docstring)."""
 
-    def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
+    def __init__(self, server_args, gpu_id, nccl_port, target_worker, ps=None):
+        # The scheduler passes every argument by keyword; ``ps`` (the parallel state) only up to SGLang 0.5.20.
         config = DDTreeConfig.from_server_args(server_args)
-        if int(server_args.speculative_num_draft_tokens) != config.num_verify_tokens:
+        verify_width = resolved_args(server_args).speculative_num_draft_tokens
+        if int(verify_width) != config.num_verify_tokens:
             raise RuntimeError(
-                f"DDTREE: speculative_num_draft_tokens {server_args.speculative_num_draft_tokens} != budget + 1 "
+                f"DDTREE: speculative_num_draft_tokens {verify_width} != budget + 1 "
                 f"({config.num_verify_tokens}); the server args were changed after DDTREE validation."
             )
         # Hybrid Mamba/GDN target: refused unless SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 (worker/hybrid.py).
@@ -78,7 +80,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._widths = None  # --speculative-ddtree-budget auto: VerifyWidths + AutoWidth (init_cuda_graphs)
         self._auto = None
         self._draft_kv_graphs = None  # draft_kv_graph.DraftKVAppendGraphs (init_cuda_graphs), else the eager append
-        if self.ps.tp_rank == 0:
+        if get_tp_group().rank_in_group == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
                 "KV reserve %d/round.",
@@ -96,9 +98,9 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def _maybe_build_draft_sampler(self):
         """Fold the top-K head into the draft CUDA graph (tp == 1); None keeps it eager."""
-        head, reason = self._make_head(max_bs=max(self.server_args.cuda_graph_config.decode.bs))
+        head, reason = self._make_head(max_bs=max(resolved_args(self.server_args).cuda_graph_config.decode.bs))
         if head is None or head.tp_size > 1:
-            if self.ps.tp_rank == 0:
+            if get_tp_group().rank_in_group == 0:
                 logger.info("DDTREE draft top-K head kept eager (%s).", reason or "tp > 1")
             return None
         return head
@@ -126,7 +128,8 @@ class DDTreeWorker(DFlashWorkerV2):
                 self._append_target_hidden_to_draft_kv_by_loc, batch_sizes=batch_sizes,
                 width=self.config.accept_width, hidden_dim=int(self.draft_model.fc.in_features),
                 dtype=self.target_worker.model_runner.dtype, device=self.device,
-                owners=(getattr(self, "_fused_kv_helper", None), self.draft_model), is_rank0=self.ps.tp_rank == 0)
+                owners=(getattr(self, "_fused_kv_helper", None), self.draft_model),
+                is_rank0=get_tp_group().rank_in_group == 0)
         except Exception as e:  # e.g. a drafter whose append cannot be captured: the eager call, said once
             logger.warning("DDTREE: draft-KV append graphs not captured (%s: %s); the eager append runs every round "
                            "(%s=0 skips the attempt).", type(e).__name__, e, draft_kv_graph.ENV)
@@ -136,7 +139,7 @@ class DDTreeWorker(DFlashWorkerV2):
         from sglang_ddtree.worker import widths
 
         mr = self.target_worker.model_runner
-        rank0 = self.ps.tp_rank == 0
+        rank0 = get_tp_group().rank_in_group == 0
         tic = time.perf_counter()
         self._widths = widths.VerifyWidths(mr, mr.server_args, self.config,
                                            capture_graphs=mr.decode_cuda_graph_runner is not None, is_rank0=rank0)
@@ -242,7 +245,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._hybrid:  # COMMIT the last accepted node's conv + SSM state (N from this round's verify)
             if self._hybrid_commit is None:
                 self._hybrid_commit = hybrid.make_hybrid_commit(
-                    self.server_args, self.target_worker.model_runner, log=self.ps.tp_rank == 0)
+                    self.server_args, self.target_worker.model_runner, log=get_tp_group().rank_in_group == 0)
             self._hybrid_commit(batch, c, verify_input.draft_token_num, prefix)
         new_seq_lens = c.new_seq_lens.to(prefix.dtype)  # [bs] prefix + accept length
         if on_publish is not None:
@@ -276,7 +279,7 @@ class DDTreeWorker(DFlashWorkerV2):
         """Rounds write ancestor bits when verify graphs captured fa3's fused tree attention (they read the
         static buffer) or an eager fa3 verify may take it (``fa3_tree``)."""
         on = bool(fa3_tree.static_bit_buffers()) or fa3_tree.target_uses_fa3(self.target_worker.model_runner)
-        if on and self.ps.tp_rank == 0:
+        if on and get_tp_group().rank_in_group == 0:
             logger.info("DDTREE on fa3: tree verify through the fused tree-attention kernel (%s=1).", fa3_tree.ENV)
         return on
 
