@@ -236,7 +236,8 @@ def test_page_size_above_1_behind_the_experimental_switch(parse, tiny_configs, c
     sa = parse(*args)
     from sglang_ddtree.config import DEFAULT_BUDGET
 
-    assert (sa.page_size, sa.speculative_num_draft_tokens) == (page_size, DEFAULT_BUDGET + 1)
+    view = resolved(sa)
+    assert (view.page_size, view.speculative_num_draft_tokens) == (page_size, DEFAULT_BUDGET + 1)
     monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", "yes")
     _one_line_cli_error(capsys, lambda: parse(*args), r"SGLANG_DDTREE_EXPERIMENTAL_PAGED='yes': use 1 \(--page-size > 1 "
                         r"allowed \(experimental\)\) or 0")
