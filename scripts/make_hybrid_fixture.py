@@ -240,11 +240,11 @@ def _init_sglang_cpu():
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
     ps.initialize_model_parallel()  # one rank: every width is 1 (0.5.16 defaults; from 0.5.22 the published ones)
-    _stamp_single_rank()
+    stamp_single_rank()
     return sa
 
 
-def _stamp_single_rank() -> None:
+def stamp_single_rank() -> None:
     """From 0.5.21 a process's ranks are written by the scheduler's rank bundle, which this check has none of: the
     one process is rank 0 (``get_parallel().override_permanently``, upstream's way to state them without one)."""
     from sglang.srt import runtime_context

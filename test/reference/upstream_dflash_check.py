@@ -9,6 +9,7 @@ Prints one JSON line of results.
 """
 
 import json
+import os
 import sys
 import tempfile
 
@@ -47,25 +48,6 @@ class _Attn(torch.nn.Module):  # stands in for RadixAttention: block queries ove
         return out.transpose(0, 1).reshape(q.shape[0], -1)
 
 
-def _stamp_single_rank():
-    """From 0.5.21 a process's ranks come from the scheduler's rank bundle, which this check has none of: the one
-    process is rank 0 (``get_parallel().override_permanently``, upstream's way to state them without one)."""
-    from sglang.srt import runtime_context
-
-    fields = getattr(runtime_context, "_parallel_fields", None)  # 0.5.21+
-    if fields is None:
-        return
-    parallel, unwritten = runtime_context.get_parallel(), {}
-    for name in sorted(fields()):
-        if name.endswith("_rank"):
-            try:
-                getattr(parallel, name)
-            except RuntimeError:
-                unwritten[name] = 0
-    if unwritten:
-        parallel.override_permanently(**unwritten)
-
-
 def main():
     sys.path.insert(0, sys.argv[1])  # the checkout's python/
     torch.set_num_threads(1)
@@ -78,7 +60,11 @@ def main():
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"tcp://127.0.0.1:{sys.argv[2]}")
     ps.initialize_model_parallel()  # one rank: every width is 1 (0.5.16's defaults; from 0.5.22 the published ones)
-    _stamp_single_rank()
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "scripts"))
+    from make_hybrid_fixture import stamp_single_rank  # one process as rank 0 (0.5.21+)
+
+    stamp_single_rank()
 
     import sglang.srt.models.dflash as upstream
     from safetensors.torch import load_file
