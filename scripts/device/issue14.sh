@@ -12,7 +12,8 @@
 #                                               # (near-ties only), sharp parity without overlap / graphs against a
 #                                               # plain reference
 #     bash scripts/device/issue14.sh kvgraph    # the draft-KV graphs (SGLANG_DDTREE_DRAFT_KV_GRAPH=1, fa3 staged): unit, features
-#                                               # on fa3 and triton, T > 0 on fa3, sharp parity on triton and fa3
+#                                               # on fa3 and triton, T > 0 on fa3, sharp parity on triton and fa3;
+#                                               # and features on fa3 as configured by default
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
@@ -87,6 +88,7 @@ case "${1:-}" in
     exec bash $PAR \
       "unit=$PYT test/worker/test_draft_kv_graph.py" \
       "features_fa3=SGLANG_DDTREE_DRAFT_KV_GRAPH=1 DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py" \
+      "features_fa3_default=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py" \
       "features_triton=SGLANG_DDTREE_DRAFT_KV_GRAPH=1 $PYT test/worker/test_features_gpu.py" \
       "sampling_fa3=SGLANG_DDTREE_DRAFT_KV_GRAPH=1 DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_sampling_gpu.py" \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15_kvgraph,sharp:dd_triton_auto_cycle_kvgraph,sharp:plain_fa3,sharp:dd_fa3_b15_kvgraph,sharp:dd_fa3_b15_nooverlap_kvgraph --deadline-s 420"
