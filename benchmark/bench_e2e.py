@@ -123,8 +123,8 @@ ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
     "fa3cascade": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "0"},  # fa3: upstream's cascade tree verify
     "gclog": {"SGLANG_LOG_GC": "1"},  # with _MODIFIERS["gclog"]
-    "kveager": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"},  # DDTREE: upstream's eager draft-KV append (the default)
-    "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (worker.draft_kv_graph)
+    "kveager": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"},  # DDTREE: upstream's eager draft-KV append
+    "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (the default)
 }
 
 

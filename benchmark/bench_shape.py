@@ -434,18 +434,49 @@ def _analyze_profile(out_dir: str) -> dict:
     return {"trace": traces[-1], **{k: v for k, v in full.items() if k not in ("call_tree", "loop_tree")}}
 
 
+# A round verifies at least one token per request with a full target forward, so it cannot take less than the
+# autoregressive step at the same concurrency; a repetition measured below FLOOR x that step (same repetition)
+# had a stall inside its shorter (M0) generate, which the M1 - M0 differential turns into a too-short round (seen
+# on the H200: 0.95 ms against a 5.2 ms plain step). Such repetitions are listed and left out of every statistic.
+FLOOR = 0.5
+
+
+def invalid_repetitions(runs: dict, spec: str, c) -> dict:
+    """{repetition: reason} for ``spec``'s repetitions at ``c`` below ``FLOOR`` x a plain config's round in the
+    same repetition (no plain config measured: none)."""
+    plain = next((s for s in runs if s.split("+")[0] == "plain" and c in runs[s]), None)
+    if plain is None or plain == spec:
+        return {}
+    bad = {}
+    for rep, (m, p) in enumerate(zip(runs[spec][c], runs[plain][c])):
+        if m["round_ms"] < FLOOR * p["round_ms"]:
+            bad[rep] = (f"{m['round_ms']:.3f} ms/round < {FLOOR} x {plain}'s {p['round_ms']:.3f} in the same "
+                        f"repetition: a stall in the base generate (left out)")
+    return bad
+
+
 def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
-    """runs[spec][c] = list of ``_round_ms`` per repetition -> (results[spec][c], best projected per c)."""
+    """runs[spec][c] = list of ``_round_ms`` per repetition -> (results[spec][c], best projected per c).
+    Repetitions ``invalid_repetitions`` names (of the config or of a baseline it is compared with) are left out
+    of the statistics and listed under ``invalid_repetitions``."""
     res, best = {}, {}
     for spec, by_c in runs.items():
-        for c, ms in by_c.items():
+        for c, all_ms in by_c.items():
+            bad = invalid_repetitions(runs, spec, c)
+            ms = [m for rep, m in enumerate(all_ms) if rep not in bad]
+            rec = res.setdefault(spec, {})[str(c)] = {"round_ms": [round(m["round_ms"], 4) for m in all_ms]}
+            if bad:
+                rec["invalid_repetitions"] = {str(rep): why for rep, why in bad.items()}
+            if not ms:
+                rec["round_ms_median"] = None
+                continue
             rms = [m["round_ms"] for m in ms]
             med = statistics.median(rms)
-            rec = res.setdefault(spec, {})[str(c)] = {
-                "round_ms": [round(x, 4) for x in rms], "round_ms_median": round(med, 4),
+            rec.update({
+                "round_ms_median": round(med, 4),
                 "round_ms_min": round(min(rms), 4), "round_ms_max": round(max(rms), 4),
                 "rounds": [m["rounds"] for m in ms],
-                "accept_length_observed": round(statistics.median(m["accept_length"] for m in ms), 4)}
+                "accept_length_observed": round(statistics.median(m["accept_length"] for m in ms), 4)})
             if is_auto(spec):
                 auto = auto_record(ms, table)
                 tau, how, taus = auto.pop("tau"), auto.pop("tau_source"), auto["tau_per_repetition"]
@@ -453,17 +484,23 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
             else:
                 tau, how = projected_tau(spec, table)
                 taus = [tau] * len(rms)
+            tau_by_rep = dict(zip((rep for rep in range(len(all_ms)) if rep not in bad), taus))
             rec.update(tau=tau and round(tau, 4), tau_source=how,
                        projected_tokens_per_s=round(c * tau / med * 1000, 1) if tau else None)
             for base in baselines:
                 if base == spec:
                     continue
-                b_rms = [m["round_ms"] for m in runs[base][c]]
-                rec[f"round_ms_ratio_vs_{base}"] = _stats([x / b for x, b in zip(rms, b_rms)])
+                # pairs of the same repetition, both valid
+                b_bad = invalid_repetitions(runs, base, c)
+                pairs = [(tau_by_rep[rep], m["round_ms"], b["round_ms"])
+                         for rep, (m, b) in enumerate(zip(all_ms, runs[base][c])) if rep in tau_by_rep
+                         and rep not in b_bad]
+                if not pairs:
+                    continue
+                rec[f"round_ms_ratio_vs_{base}"] = _stats([x / b for _, x, b in pairs])
                 b_tau = projected_tau(base, table)[0]  # a baseline is plain, DFLASH or a fixed budget
                 if tau and b_tau:
-                    rec[f"projected_speedup_vs_{base}"] = _stats([(t / x) / (b_tau / b)
-                                                                  for t, x, b in zip(taus, rms, b_rms)])
+                    rec[f"projected_speedup_vs_{base}"] = _stats([(t / x) / (b_tau / b) for t, x, b in pairs])
             if rec["projected_tokens_per_s"] and rec["projected_tokens_per_s"] > best.get(str(c), {}).get(
                     "projected_tokens_per_s", 0):
                 best[str(c)] = {"config": spec, "projected_tokens_per_s": rec["projected_tokens_per_s"]}
@@ -581,8 +618,8 @@ def _print_table(shape: str, results: dict, best: dict, concurrency: list) -> No
     for spec, by_c in results.items():
         cells = []
         for c in map(str, concurrency):
-            tps = by_c[c]["projected_tokens_per_s"]
-            cells.append(f"{by_c[c]['round_ms_median']:8.2f} |{'-' if tps is None else f'{tps:.0f}':>7}")
+            tps, med = by_c[c].get("projected_tokens_per_s"), by_c[c]["round_ms_median"]
+            cells.append(f"{'-' if med is None else f'{med:.2f}':>8} |{'-' if tps is None else f'{tps:.0f}':>7}")
         print(f"{spec:>24} " + " ".join(f"{x:>18}" for x in cells))
     print("  best projected: " + ", ".join(f"c={c} {b['config']} ({b['projected_tokens_per_s']:.0f} tok/s)"
                                            for c, b in best.items()), flush=True)
@@ -593,10 +630,12 @@ def _print_table(shape: str, results: dict, best: dict, concurrency: list) -> No
                 dist = " ".join(f"{b}:{n}" for b, n in m["budget_rounds"].items()) or "none"
                 tau = "-" if m["tau"] is None else f"{m['tau']:.2f}"
                 print(f"  {spec} c={c}: verified budgets {dist} (mean {m['budget_mean']}), tau {tau}", flush=True)
-    notes = {f"{s}: {m['tau_source']}" for s, by_c in results.items() for m in by_c.values()
-             if m["tau_source"] != "table" and "budget_rounds" not in m}
+    notes = {f"tau {s}: {m['tau_source']}" for s, by_c in results.items() for m in by_c.values()
+             if m.get("tau_source", "table") != "table" and "budget_rounds" not in m}
+    notes |= {f"invalid: {s} c={c} repetition {r}: {why}" for s, by_c in results.items() for c, m in by_c.items()
+              for r, why in m.get("invalid_repetitions", {}).items()}
     for note in sorted(notes):
-        print(f"  tau {note}", flush=True)
+        print(f"  {note}", flush=True)
 
 
 def plot(json_in: str, plot_dir: str) -> int:

@@ -26,10 +26,13 @@ if [ "$TORCH" != "2.11.0" ]; then
 fi
 WORK=${WORK:-/tmp/sglang_bundle_$VERSION}
 mkdir -p "$WORK"
-# the shared script with this release's pins (its package list is otherwise the one 0.5.16 needs)
+# the shared script with this release's pins (its package list is otherwise the one 0.5.16 needs); from 0.5.17 the
+# embedded Rust server's 13 MB library (sglang/srt/server/_core, imported only under SGLANG_RUST_SERVER) is left out
+# as 0.5.16's grpc core is, so that the bundle and the checkout fit one call's 64 MiB
 sed -e "s/^  sglang==0.5.16$/  sglang==$VERSION/" \
     -e "s/^  sglang-kernel==[^ ]*$/  sglang-kernel==$KERNEL/" \
     -e "s/^  flashinfer-python==[^ ]*$/  flashinfer-python==$FLASHINFER/" \
+    -e "s#'sglang/srt/grpc/_core\*.so'#'sglang/srt/grpc/_core*.so' 'sglang/srt/server/_core*.so'#" \
     "$SHARED/build_bundle.sh" > "$WORK/build_bundle.sh"
 grep -q "^  sglang==$VERSION$" "$WORK/build_bundle.sh" || { echo "build_release_bundle: pin not replaced" >&2; exit 3; }
 mkdir -p "$REPO/.device-$VERSION"

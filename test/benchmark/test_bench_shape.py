@@ -423,6 +423,30 @@ def test_a_window_without_budget_counts_voids_the_projection():
     assert rec["budget_rounds_per_repetition"][0] == {"63": 10, "0": 10} and rec["budget_rounds"] == {"0": 10, "63": 30}
 
 
+def test_a_repetition_below_the_plain_step_is_left_out_of_every_statistic():
+    # the H200 case (session 12): auto at c 32 measured 13.57 then 0.95 ms/round against a ~5.2 ms plain step
+    def m(ms):
+        return {"round_ms": ms, "rounds": [15, 47], "accept_length": 1.02}
+
+    runs = {"plain+fa3": {32: [m(5.37), m(5.16)]}, "dflash+fa3": {32: [m(15.73), m(16.03)]},
+            "ddtree:15:8+fa3": {32: [m(17.85), m(0.95)]}}
+    res, best = bench_shape.summarize(runs, bench_shape.PAPER_ACCEPT, ["dflash+fa3", "plain+fa3"])
+    rec = res["ddtree:15:8+fa3"]["32"]
+    assert rec["round_ms"] == [17.85, 0.95] and rec["round_ms_median"] == 17.85 and rec["round_ms_min"] == 17.85
+    assert list(rec["invalid_repetitions"]) == ["1"] and "stall" in rec["invalid_repetitions"]["1"]
+    assert rec["round_ms_ratio_vs_dflash+fa3"]["per_repetition"] == [round(17.85 / 15.73, 4)]
+    assert "invalid_repetitions" not in res["dflash+fa3"]["32"] and best["32"]["config"] != "ddtree:15:8+fa3"
+    # every repetition invalid: no median, no projection, no crash in the table
+    runs["ddtree:15:8+fa3"][32] = [m(1.0), m(0.9)]
+    res, best = bench_shape.summarize(runs, bench_shape.PAPER_ACCEPT, ["dflash+fa3"])
+    assert res["ddtree:15:8+fa3"]["32"]["round_ms_median"] is None
+    bench_shape._print_table("qwen3-8b", res, best, [32])
+    # without a plain config nothing is judged
+    del runs["plain+fa3"]
+    res, _ = bench_shape.summarize(runs, bench_shape.PAPER_ACCEPT, ["dflash+fa3"])
+    assert "invalid_repetitions" not in res["ddtree:15:8+fa3"]["32"]
+
+
 def test_count_diff():
     assert shape_budgets.count_diff({0: 5, 63: 9}, {0: 5, 63: 2}) == {63: 7}
     with pytest.raises(AssertionError):

@@ -141,6 +141,25 @@ def test_init_dflash_worker_runs_in_the_drafters_widths(monkeypatch):
     assert seen[1] == ("init", ("view", 0, "ps", 1234, "tw") if takes_ps else ("view", 0, 1234, "tw"))
 
 
+def test_the_draft_cuda_graphs_are_captured_in_the_drafters_widths(monkeypatch):
+    """DFLASH's init_cuda_graphs captures the draft graphs (from 0.5.17 they read the widths process-wide: captured
+    in the target's, a budget-64 tree's 65 rows per request met the draft head's 16, seen on the H200); DDTREE's
+    runs it inside ``drafter_widths`` and its own draft-KV graphs after."""
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker import worker as worker_mod
+
+    a, seen = compat.adapter(), []
+    monkeypatch.setattr(type(a), "drafter_widths", lambda self, config: _Recorder(seen, config))
+    monkeypatch.setattr(DFlashWorkerV2, "init_cuda_graphs", lambda self: seen.append(("draft graphs",)))
+    monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_draft_kv_graphs", lambda self: seen.append(("kv graphs",)))
+    w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
+    w.config = DDTreeConfig(budget=64, topk=8, block_size=16)
+    w.init_cuda_graphs()
+    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",)]
+
+
 class _Worker:
     """Stands in for the DDTREE worker: an adapter gets its bound ``DFlashWorkerV2.__init__`` (``init``)."""
 

@@ -17,9 +17,9 @@ from sglang_ddtree.worker.draft_kv_graph import DraftKVAppendGraphs
 W, H, SLOTS = 4, 8, 512
 
 
-def test_switch_defaults_off_and_names_bad_values(monkeypatch):
+def test_switch_defaults_on_and_names_bad_values(monkeypatch):
     monkeypatch.delenv(draft_kv_graph.ENV, raising=False)
-    assert not draft_kv_graph.enabled()  # off until the engine-level feature tests pass with it (module doc)
+    assert draft_kv_graph.enabled()  # on since the engine-level feature tests passed with it (module doc)
     monkeypatch.setenv(draft_kv_graph.ENV, "1")
     assert draft_kv_graph.enabled()
     monkeypatch.setenv(draft_kv_graph.ENV, "0")
@@ -149,7 +149,7 @@ def test_worker_builds_the_graphs_for_the_draft_graph_sizes(monkeypatch):
     monkeypatch.setenv(draft_kv_graph.ENV, "0")
     assert w._init_draft_kv_graphs() is None  # switched off: the eager call
     monkeypatch.delenv(draft_kv_graph.ENV)
-    assert w._init_draft_kv_graphs() is None  # the default
+    assert isinstance(w._init_draft_kv_graphs(), _Graphs)  # the default
 
 
 def test_a_capture_failure_falls_back_to_the_eager_call_with_one_warning(monkeypatch, caplog):

@@ -18,8 +18,10 @@ and write freed memory, i.e. another tensor's (seen on the H200: an illegal memo
 that the call's owners (upstream's fused-KV helper, the drafter's buffers such as its RoPE cache) held at capture
 alive for their own lifetime; a later regrow gives the eager calls new memory and leaves the graphs theirs.
 
-Default OFF until that fix has passed the engine-level feature tests on the GPU (it has not yet):
-``SGLANG_DDTREE_DRAFT_KV_GRAPH=1`` turns the graphs on (bench config ``+kvgraph``).
+On by default since that fix passed the engine-level checks on the H200 (session 12: everyday features on fa3 and
+triton, T > 0 on fa3, sharp greedy parity on triton and fa3 with and without overlap, all with the graphs on;
+``benchmark/results/gpu_tests_h200_session12.json``). ``SGLANG_DDTREE_DRAFT_KV_GRAPH=0`` keeps upstream's eager
+call (bench config ``+kveager``; ``+kvgraph`` forces the graphs).
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ ENV = "SGLANG_DDTREE_DRAFT_KV_GRAPH"
 
 
 def enabled() -> bool:
-    """Whether the draft-KV append replays captured graphs (default off: upstream's eager call; ``ENV=1`` on)."""
+    """Whether the draft-KV append replays captured graphs (default on; ``ENV=0``: upstream's eager call)."""
     return env_switch(ENV, on="the draft-KV append replayed from CUDA graphs", off="upstream's eager call",
-                      default=False)
+                      default=True)
 
 
 def held_tensors(owners: Sequence[object]) -> List[torch.Tensor]:

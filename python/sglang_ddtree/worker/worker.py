@@ -109,15 +109,16 @@ class DDTreeWorker(DFlashWorkerV2):
         """DFLASH's draft graphs; with ``--speculative-ddtree-budget auto`` then the target's verify resources of
         every smaller bucket and the start-up calibration (``widths``). The scheduler calls this after the
         target captured its own verify graphs (the largest bucket's)."""
-        super().init_cuda_graphs()
+        with adapter().drafter_widths(self.config):  # from 0.5.17 the draft graphs are captured here, reading the
+            super().init_cuda_graphs()                 # widths process-wide: the drafter's, not the target's
         self._draft_kv_graphs = self._init_draft_kv_graphs()
         if self.config.adaptive:
             self._init_auto()
 
     def _init_draft_kv_graphs(self):
         """The draft-KV append as one graph replay per round (``draft_kv_graph``) where the draft forward has
-        CUDA graphs (their batch sizes), tp == 1 and ``SGLANG_DDTREE_DRAFT_KV_GRAPH=1``; None keeps upstream's eager
-        call."""
+        CUDA graphs (their batch sizes), tp == 1 and ``SGLANG_DDTREE_DRAFT_KV_GRAPH`` is not 0; None keeps
+        upstream's eager call."""
         from sglang_ddtree.worker import widths
 
         batch_sizes = sorted(widths.captured_graphs(getattr(self.draft_model_runner, "decode_cuda_graph_runner", None)))
