@@ -10,6 +10,7 @@
 #     bash scripts/device/hybrid.sh faults    # plain-weights fixture: DDTREE vs DFLASH divergence counts, and
 #                                             # the two deliberate state faults must diverge clearly more
 #     bash scripts/device/hybrid.sh sampling  # T > 0 on the plain-weights fixture: DDTREE vs plain, chi-square
+#     bash scripts/device/hybrid.sh rest      # nograph + nooverlap parity, faults, T > 0 and the paged runs at once
 #     bash scripts/device/hybrid.sh shape     # the Qwen3.5-9B shape (dummy weights, bench_shape.py): AR, DFLASH and
 #                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
@@ -37,6 +38,18 @@ case "${1:-}" in
   faults)
     exec bash $PAR "faults=$PYT test/worker/test_hybrid_gpu.py -k faults"
     ;;
+  rest)
+    # what sessions 11-12 left unrun, in one call: parity with graphs / overlap off, the state faults, T > 0, and
+    # the dense paged parity (fa3's only when staged)
+    exec bash $PAR \
+      "nograph=$PYT test/worker/test_hybrid_gpu.py -k 'parity and nograph'" \
+      "nooverlap=$PYT test/worker/test_hybrid_gpu.py -k 'parity and nooverlap'" \
+      "faults=$PYT test/worker/test_hybrid_gpu.py -k faults" \
+      "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling" \
+      "paged_triton=$PYT test/worker/test_worker_gpu.py -k 'paged and triton'" \
+      "paged_flashinfer=$PYT test/worker/test_worker_gpu.py -k 'paged and flashinfer'" \
+      "paged_fa3=$PYT test/worker/test_worker_gpu.py -k 'paged and fa3'"
+    ;;
   sampling)
     exec bash $PAR "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling"
     ;;
@@ -59,7 +72,7 @@ case "${1:-}" in
       "paged_fa3=$PYT test/worker/test_worker_gpu.py -k 'paged and fa3'"
     ;;
   *)
-    echo "usage: $0 kernels|parity|faults|sampling|shape|paged" >&2
+    echo "usage: $0 kernels|parity|faults|sampling|rest|shape|paged" >&2
     exit 2
     ;;
 esac
