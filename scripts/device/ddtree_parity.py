@@ -84,7 +84,9 @@ CONFIGS = {
        for b in ("triton", "flashinfer", "fa3")},
     **{f"dd_{b}_b64_p16_nograph": ddtree(64, 8, backend=b, page_size=16, disable_cuda_graph=True, _env=PAGED)
        for b in ("triton", "flashinfer", "fa3")},
-    # the draft-KV append from CUDA graphs (worker.draft_kv_graph; off by default)
+    # the draft-KV append from CUDA graphs (worker.draft_kv_graph; on by default since session 12: these force it,
+    # _kveager keeps upstream's eager call)
+    "dd_triton_b15_kveager": ddtree(15, 4, _env={"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"}),
     "dd_triton_b15_kvgraph": ddtree(15, 4, _env=KV_GRAPH),
     "dd_triton_b64_kvgraph": ddtree(64, 8, _env=KV_GRAPH),
     "dd_triton_auto_cycle_kvgraph": ddtree("auto", 8, _env=KV_GRAPH, _test_hooks=dict(cycle_budgets=True)),
@@ -94,8 +96,10 @@ CONFIGS = {
     "dd_fa3_auto": ddtree("auto", 8, backend="fa3"),
     # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
     "plain_triton_tp2": dict(attention_backend="triton", tp_size=2),
+    "dd_triton_b15_tp2": ddtree(15, 4, tp_size=2),
     "dd_triton_b64_tp2": ddtree(64, 8, tp_size=2),
     "dd_triton_b15_tp2_nooverlap": ddtree(15, 4, tp_size=2, disable_overlap_schedule=True),
+    "dd_triton_b64_tp2_nooverlap": ddtree(64, 8, tp_size=2, disable_overlap_schedule=True),
 }
 # No float32 variants: float32 engines do not start in SGLang 0.5.16 (sgl_kernel's rmsnorm has no float32
 # kernel; test/worker/GPU_RESULTS.md). Exactness comes from the sharp models instead.

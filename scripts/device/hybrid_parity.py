@@ -53,6 +53,10 @@ CONFIGS = {
     "dd_b64_noradix": ddtree(64, 8, disable_radix_cache=True),
     "dd_b64_extra_buffer": ddtree(64, 8, mamba_radix_cache_strategy="extra_buffer", mamba_track_interval=128),
     "dd_b1": ddtree(1, 1),  # topk 1: the backend's chain path
+    # tensor parallelism (2 GPUs): GDN heads split over the ranks, the one KV head replicated
+    "plain_tp2": dict(disable_radix_cache=True, tp_size=2),
+    "dd_b15_tp2": ddtree(15, 4, tp_size=2),
+    "dd_b64_tp2_nooverlap": ddtree(64, 8, tp_size=2, disable_overlap_schedule=True),
     "dd_b64_fault_chain": ddtree(64, 8, _fault="chain_commit"),
     "dd_b64_fault_siblings": ddtree(64, 8, _fault="reversed_siblings"),
 }

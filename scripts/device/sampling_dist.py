@@ -56,7 +56,8 @@ def run_config(spec: str, args, prompts) -> dict:
 
     t0 = time.time()
     engine = sglang.Engine(model_path=args.target, random_seed=args.seed,
-                           **{**COMMON, **engine_kwargs(spec, args.draft, args.attention_backend)})
+                           **{**COMMON, **engine_kwargs(spec, args.draft, args.attention_backend)},
+                           tp_size=args.tp_size)
     rec = {"config": spec, "start_s": round(time.time() - t0, 1), "samples": {}, "mean_accept_length": {}}
     try:
         engine.generate(input_ids=prompts[:1], sampling_params=dict(temperature=0.7, max_new_tokens=4))  # warm-up
@@ -91,6 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=3, help="generated tokens kept per request")
     ap.add_argument("--seed", type=int, default=1234, help="engine random_seed")
     ap.add_argument("--attention-backend", default="triton")
+    ap.add_argument("--tp-size", type=int, default=1, help="tensor-parallel size of every engine")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {list(SETTINGS)}")
     ap.add_argument("--cycle-budgets", action="store_true",
                     help="budget auto: load the TEST-ONLY plugin's DDTREE_TEST_CYCLE_BUDGETS hook (test/_test_plugin), "
@@ -112,7 +114,7 @@ def main(argv=None) -> int:
     tok = AutoTokenizer.from_pretrained(args.target)
     prompts = [tok.encode(p) for p in PROMPTS]
     report = {"environment": environment(argv),
-              "settings": {**COMMON, "attention_backend": args.attention_backend,
+              "settings": {**COMMON, "attention_backend": args.attention_backend, "tp_size": args.tp_size,
                            "target": args.target, "draft": args.draft, "num_samples": args.num_samples,
                            "tokens": args.tokens, "seed": args.seed,
                            "sampling": {name: SETTINGS[name] for name in args.settings},

@@ -28,12 +28,12 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from _gpu_backend import test_backend  # noqa: E402
+from _gpu_backend import test_backend, test_tp_size  # noqa: E402
 CONTEXT = 1024
 BUDGET, TOPK = 64, 8
 COMMON = dict(dtype="bfloat16", mem_fraction_static=0.4, context_length=CONTEXT, max_total_tokens=65536,
               sampling_backend="pytorch", cuda_graph_max_bs_decode=16, attention_backend=test_backend(),
-              log_level="error")
+              tp_size=test_tp_size(), log_level="error")
 REQUEST_TIMEOUT_S = 120
 SCENARIO_TIMEOUT_S = 300
 # Prompts whose float32 greedy continuation ends with <|endoftext|> after 3-4 tokens (top-2 gaps >= 0.42).

@@ -1,7 +1,8 @@
 """The target attention backend of the engine-level GPU tests that run one backend at a time
 (sampling, everyday features, observability): ``DDTREE_TEST_BACKEND`` = triton (default) | flashinfer | fa3,
-e.g. ``DDTREE_TEST_BACKEND=fa3 python -m pytest -m gpu test/worker/test_sampling_gpu.py``; and whether fa3's
-kernel library is there (``fa3_status``, for the tests that cover every backend)."""
+e.g. ``DDTREE_TEST_BACKEND=fa3 python -m pytest -m gpu test/worker/test_sampling_gpu.py``; their tensor-parallel
+size: ``DDTREE_TEST_TP`` = 1 (default) | N (N GPUs: the tests skip, saying so, where fewer are visible); and whether
+fa3's kernel library is there (``fa3_status``, for the tests that cover every backend)."""
 
 import os
 
@@ -16,6 +17,27 @@ def test_backend() -> str:
 
 
 test_backend.__test__ = False  # not a pytest test
+
+
+def test_tp_size() -> int:
+    value = os.environ.get("DDTREE_TEST_TP", "1").strip() or "1"
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"DDTREE_TEST_TP={value!r}: use a positive number of GPUs (the engines' --tp-size)")
+    return int(value)
+
+
+test_tp_size.__test__ = False
+
+
+def tp_skip_reason():
+    """Why the engine tests cannot run at ``DDTREE_TEST_TP`` here (None: they can)."""
+    tp = test_tp_size()
+    if tp == 1:
+        return None
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return None if have >= tp else f"DDTREE_TEST_TP={tp} needs {tp} CUDA GPUs, {have} visible"
 
 
 def fa3_status():

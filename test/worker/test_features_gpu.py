@@ -47,9 +47,10 @@ import pytest
 
 import _features_helpers as H
 from _http_helpers import free_port as _free_port, http as _http, wait_healthy
+from _gpu_backend import tp_skip_reason
 from test_trained_pair_gpu import EPSILON
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(tp_skip_reason() is not None, reason=str(tp_skip_reason()))]
 
 FAKE = os.environ.get("SGLANG_DDTREE_FEATURES_FAKE") == "1"
 PHASE_TIMEOUT_S = 420

@@ -87,11 +87,17 @@ GROUPS = {  # one engine per name, the first the reference; a hybrid engine star
     "nograph": ["plain", "dd_b15_nograph", "dd_b64_nograph"],
     "nooverlap": ["plain", "dd_b15_nooverlap", "dd_b64_nooverlap"],
     "radix": ["plain", "dd_b64_noradix", "dd_b64_extra_buffer"],
+    "tp2": ["plain_tp2", "dd_b15_tp2", "dd_b64_tp2_nooverlap"],  # 2 GPUs
 }
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
 def test_sharp_hybrid_greedy_parity(sharp_fixture, tmp_path, group):
+    if group == "tp2":
+        import torch
+
+        if torch.cuda.device_count() < 2:
+            pytest.skip(f"tensor parallelism 2 needs 2 CUDA GPUs, {torch.cuda.device_count()} visible")
     recs = _run(sharp_fixture, tmp_path, GROUPS[group])
     for name in GROUPS[group][1:]:
         _assert_exact(recs[name])

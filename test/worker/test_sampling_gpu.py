@@ -1,7 +1,7 @@
 """GPU: at T > 0, DDTREE's tokens follow the same distribution as plain sampling (target-only tree sampling).
 
 Runs ``scripts/device/sampling_dist.py`` in a subprocess: the packaged trained pair (vocab 2048, bf16,
-triton, or ``DDTREE_TEST_BACKEND``: see ``_gpu_backend.py``), 2,000 requests per prompt and setting, the first 3 generated tokens of each, with the plain engine
+triton, or ``DDTREE_TEST_BACKEND``; tp 1, or ``DDTREE_TEST_TP``: see ``_gpu_backend.py``), 2,000 requests per prompt and setting, the first 3 generated tokens of each, with the plain engine
 and with DDTREE (budget 16, top-K 4): temperature 0.7 alone and with top_k 20 on prompts 0-2, top_p 0.7 on
 prompt 3, top_p 0.85 + top_k 2 on prompt 4 (both filters cut there).
 The first token comes from the prefill sampler in both engines; the second is DDTREE's first tree
@@ -37,9 +37,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _sampling_stats as st  # noqa: E402
-from _gpu_backend import test_backend  # noqa: E402
+from _gpu_backend import test_backend, test_tp_size, tp_skip_reason  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(tp_skip_reason() is not None, reason=str(tp_skip_reason()))]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 P_MIN = 1e-3
@@ -66,7 +66,7 @@ def report(tmp_path_factory):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "device", "sampling_dist.py"),
                            "--target", pair.target, "--draft", pair.draft, "--configs", f"plain,{DDTREE_SPEC}",
                            "--num-samples", "2000", "--tokens", "3", "--attention-backend", test_backend(),
-                           "--out", str(out)] + (["--cycle-budgets"] if auto else []),
+                           "--tp-size", str(test_tp_size()), "--out", str(out)] + (["--cycle-budgets"] if auto else []),
                           capture_output=True, text=True, timeout=900)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
