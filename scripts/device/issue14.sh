@@ -76,7 +76,7 @@ case "${1:-}" in
     source scripts/device/plugin_env.sh
     read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
     timeout -k 10 "${PAIRED_TIMEOUT_S:-220}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" --target "$TGT" \
-      --draft "$DRF" --configs plain+triton,ddtree:63:8+triton+kvgraph,ddtree:63:8+triton --baselines plain+triton \
+      --draft "$DRF" --configs plain+triton,ddtree:63:8+triton+kvgraph,ddtree:63:8+triton+kveager --baselines plain+triton \
       --bs 1,16 --repeats "${PAIRED_REPEATS:-3}" --num-prompts 16 --max-new-tokens 64 --out "$OUT/paired_kvgraph.json" \
       2>&1 | tail -n 30
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)
