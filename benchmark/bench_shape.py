@@ -117,6 +117,7 @@ from shape_projection import (PAPER_ACCEPT, auto_record, config_key, is_auto, lo
                               projected_tau, tau_for_budget)  # noqa: F401  (tau_for_budget: the tests' name)
 
 from sglang_ddtree.config import AUTO_MAX_BUDGET  # noqa: E402  (no torch, no SGLang)
+from sglang_ddtree.hybrid_args import ENV as HYBRID_ENV  # noqa: E402  (no torch, no SGLang)
 from sglang_ddtree.worker.metrics import AutoStats, export_auto_to_prometheus  # noqa: E402
 
 _TAG = "@@BENCH_SHAPE "
@@ -460,9 +461,10 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
     Repetitions ``invalid_repetitions`` names (of the config or of a baseline it is compared with) are left out
     of the statistics and listed under ``invalid_repetitions``."""
     res, best = {}, {}
+    invalid = {(spec, c): invalid_repetitions(runs, spec, c) for spec, by_c in runs.items() for c in by_c}
     for spec, by_c in runs.items():
         for c, all_ms in by_c.items():
-            bad = invalid_repetitions(runs, spec, c)
+            bad = invalid[(spec, c)]
             ms = [m for rep, m in enumerate(all_ms) if rep not in bad]
             rec = res.setdefault(spec, {})[str(c)] = {"round_ms": [round(m["round_ms"], 4) for m in all_ms]}
             if bad:
@@ -491,10 +493,9 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
                 if base == spec:
                     continue
                 # pairs of the same repetition, both valid
-                b_bad = invalid_repetitions(runs, base, c)
                 pairs = [(tau_by_rep[rep], m["round_ms"], b["round_ms"])
-                         for rep, (m, b) in enumerate(zip(all_ms, runs[base][c])) if rep in tau_by_rep
-                         and rep not in b_bad]
+                         for rep, (m, b) in enumerate(zip(all_ms, runs[base][c]))
+                         if rep in tau_by_rep and rep not in invalid[(base, c)]]
                 if not pairs:
                     continue
                 rec[f"round_ms_ratio_vs_{base}"] = _stats([x / b for _, x, b in pairs])
@@ -523,7 +524,6 @@ def engine_settings(args) -> dict:
 # multimodal processor, which needs processor and tokenizer files a dummy-weight shape does not have), no radix
 # cache (DDTREE on a hybrid target needs a mamba scheduler strategy with it; the benchmark never shares prefixes).
 HYBRID_ENGINE_SETTINGS = {"enable_multimodal": False, "disable_radix_cache": True}
-HYBRID_ENV = "SGLANG_DDTREE_EXPERIMENTAL_HYBRID"
 
 
 def shape_settings(shape: str, spec: str) -> tuple[dict, dict]:

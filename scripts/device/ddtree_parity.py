@@ -31,8 +31,12 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
               decode_log_interval=20)
 
 
-KV_GRAPH = {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"}
-PAGED = {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"}
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from sglang_ddtree.validation import PAGED_ENV  # noqa: E402
+from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
+
+KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
+PAGED = {PAGED_ENV: "1"}
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -86,7 +90,7 @@ CONFIGS = {
        for b in ("triton", "flashinfer", "fa3")},
     # the draft-KV append from CUDA graphs (worker.draft_kv_graph; on by default since session 12: these force it,
     # _kveager keeps upstream's eager call)
-    "dd_triton_b15_kveager": ddtree(15, 4, _env={"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"}),
+    "dd_triton_b15_kveager": ddtree(15, 4, _env=KV_EAGER),
     "dd_triton_b15_kvgraph": ddtree(15, 4, _env=KV_GRAPH),
     "dd_triton_b64_kvgraph": ddtree(64, 8, _env=KV_GRAPH),
     "dd_triton_auto_cycle_kvgraph": ddtree("auto", 8, _env=KV_GRAPH, _test_hooks=dict(cycle_budgets=True)),

@@ -29,15 +29,16 @@ def test_tp_size() -> int:
 test_tp_size.__test__ = False
 
 
-def tp_skip_reason():
-    """Why the engine tests cannot run at ``DDTREE_TEST_TP`` here (None: they can)."""
-    tp = test_tp_size()
+def tp_skip_reason(tp=None):
+    """Why engines of tensor-parallel size ``tp`` (default: ``DDTREE_TEST_TP``) cannot run here (None: they can)."""
+    name = f"tensor parallelism {tp}" if tp is not None else f"DDTREE_TEST_TP={test_tp_size()}"
+    tp = test_tp_size() if tp is None else tp
     if tp == 1:
         return None
     import torch
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return None if have >= tp else f"DDTREE_TEST_TP={tp} needs {tp} CUDA GPUs, {have} visible"
+    return None if have >= tp else f"{name} needs {tp} CUDA GPUs, {have} visible"
 
 
 def fa3_status():

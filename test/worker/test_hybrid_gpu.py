@@ -23,6 +23,9 @@ import sys
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _gpu_backend import tp_skip_reason  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "device", "hybrid_parity.py")
 HYBRID_ENV = "SGLANG_DDTREE_EXPERIMENTAL_HYBRID"
@@ -93,11 +96,8 @@ GROUPS = {  # one engine per name, the first the reference; a hybrid engine star
 
 @pytest.mark.parametrize("group", list(GROUPS))
 def test_sharp_hybrid_greedy_parity(sharp_fixture, tmp_path, group):
-    if group == "tp2":
-        import torch
-
-        if torch.cuda.device_count() < 2:
-            pytest.skip(f"tensor parallelism 2 needs 2 CUDA GPUs, {torch.cuda.device_count()} visible")
+    if group == "tp2" and tp_skip_reason(2):
+        pytest.skip(tp_skip_reason(2))
     recs = _run(sharp_fixture, tmp_path, GROUPS[group])
     for name in GROUPS[group][1:]:
         _assert_exact(recs[name])
