@@ -104,8 +104,4 @@ def test_sharp_models_token_identical_tp2(models_root, tmp_path):
     results = _run(models_root, tmp_path, ["sharp:plain_triton_tp2"] + [f"sharp:{c}" for c in dd])
     assert "error" not in results["sharp:plain_triton_tp2"], results["sharp:plain_triton_tp2"].get("traceback")
     for name in dd:
-        rec = results[f"sharp:{name}"]
-        assert "error" not in rec, rec.get("traceback")
-        for bs, rep in rec["parity"].items():
-            assert rep["equal"] == rep["total"], (name, bs, rep["first_mismatch"])
-        assert rec["mean_accept_length"] > 1.0
+        assert _exact(results, name)["mean_accept_length"] > 1.0
