@@ -160,6 +160,43 @@ def test_the_draft_cuda_graphs_are_captured_in_the_drafters_widths(monkeypatch):
     assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",)]
 
 
+@pytest.mark.parametrize("phase", ["alloc_memory_pool", "init_attention_backends", "init_cuda_graphs"])
+def test_the_scheduler_sets_the_draft_runner_up_in_the_drafters_widths(monkeypatch, phase):
+    """The scheduler's three set-up calls on the draft worker after construction (pool, attention backends, CUDA
+    graphs) reach upstream's DFLASH code in the drafter's widths. From 0.5.17 fa3's draft backend reads the width
+    from ``get_spec()`` in ``init_attention_backends``: unscoped it took the target's 16 rows per request for the
+    drafter's 8 and the draft graph capture wrote past its buffers (illegal address on the H200, 0.5.17)."""
+    import contextlib
+
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker import worker as worker_mod
+
+    a, seen = compat.adapter(), []
+    if a.reads_spec_process_wide:
+        from sglang.srt.runtime_context import get_context, get_spec
+
+        widths = lambda: (get_spec().speculative_num_draft_tokens, get_spec().speculative_eagle_topk)  # noqa: E731
+        target = get_context().override_server_args(speculative_num_draft_tokens=16, speculative_eagle_topk=4)
+    else:  # the draft runner reads its own copy of the server args; the scope is entered all the same
+        monkeypatch.setattr(type(a), "drafter_widths", lambda self, config: _Recorder(seen, config))
+        widths, target = (lambda: "upstream"), contextlib.nullcontext()
+    monkeypatch.setattr(DFlashWorkerV2, phase, lambda self, *args, **kwargs: seen.append((phase, args, widths())))
+    monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_draft_kv_graphs", lambda self: None)
+    w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
+    w.config = DDTreeConfig(budget=15, topk=4, block_size=8)
+    with target:
+        getattr(w, phase)(*(("pool_config",) if phase == "alloc_memory_pool" else ()))
+        if a.reads_spec_process_wide:
+            assert widths() == (16, 4)  # the target's again after the call
+    args = ("pool_config",) if phase == "alloc_memory_pool" else ()
+    if a.reads_spec_process_wide:
+        assert seen == [(phase, args, (8, 1))]
+    else:
+        assert seen == [("enter", w.config), (phase, args, "upstream"), ("exit", w.config)]
+
+
 class _Worker:
     """Stands in for the DDTREE worker: an adapter gets its bound ``DFlashWorkerV2.__init__`` (``init``)."""
 

@@ -105,6 +105,19 @@ class DDTreeWorker(DFlashWorkerV2):
             return None
         return head
 
+    # The scheduler sets the draft runner up in three calls after construction (pool, attention backends, CUDA
+    # graphs). From 0.5.17 upstream's backends read the speculative widths process-wide (``get_spec()``), which
+    # holds the target's: each call runs in the drafter's (``drafter_widths``). Unscoped, fa3's draft backend took
+    # the target's verify width (16 / 65 rows per request at budget 15 / 64) for the drafter's 8 and the draft
+    # graph capture wrote past its buffers (illegal address on the H200, SGLang 0.5.17, session 13).
+    def alloc_memory_pool(self, *args, **kwargs):
+        with adapter().drafter_widths(self.config):
+            return super().alloc_memory_pool(*args, **kwargs)
+
+    def init_attention_backends(self):
+        with adapter().drafter_widths(self.config):
+            return super().init_attention_backends()
+
     def init_cuda_graphs(self):
         """DFLASH's draft graphs; with ``--speculative-ddtree-budget auto`` then the target's verify resources of
         every smaller bucket and the start-up calibration (``widths``). The scheduler calls this after the
