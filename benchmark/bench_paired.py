@@ -131,6 +131,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.1, help="mem_fraction_static of EACH engine")
     ap.add_argument("--base-port", type=int, default=31000)
     ap.add_argument("--log-dir", default=None, help="engine logs (default: next to --out)")
+    ap.add_argument("--deadline-s", type=float, default=0,
+                    help="start no repetition after this many seconds from the engines' launch (0: no limit); "
+                         "--out is rewritten after every repetition either way")
     ap.add_argument("--out", required=True)
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=31000, help=argparse.SUPPRESS)
@@ -161,6 +164,7 @@ def main(argv=None) -> int:
               "results": {}}
     t0 = time.time()
     children = []
+    runs = {spec: {str(bs): [] for bs in bs_list} for spec in configs}
     try:
         for i, spec in enumerate(configs):
             children.append(_Child(spec, args, i, log_dir))
@@ -168,22 +172,39 @@ def main(argv=None) -> int:
         for c in children:
             c.read(timeout_s=400)
             print(f"[bench_paired] {c.spec} ready ({time.time() - t0:.0f} s)", flush=True)
-        runs = {spec: {str(bs): [] for bs in bs_list} for spec in configs}
+        report["engines_ready_s"] = round(time.time() - t0, 1)
         for rep in range(args.repeats):
+            if args.deadline_s and rep and time.time() - t0 > args.deadline_s:
+                print(f"[bench_paired] --deadline-s {args.deadline_s} passed: stopping after {rep} repetitions",
+                      flush=True)
+                break
             for bs in bs_list:
                 order = configs[rep % len(configs):] + configs[: rep % len(configs)]
                 for c in sorted(children, key=lambda c: order.index(c.spec)):
                     res = c.ask({"bs": bs, "prompts": prompts})
                     runs[c.spec][str(bs)].append(res)
             print(f"[bench_paired] repetition {rep + 1}/{args.repeats} done ({time.time() - t0:.0f} s)", flush=True)
+            _write(report, runs, configs, bs_list, baselines, rep + 1, t0, args.out, final=False)
     finally:
         for c in children:
             c.close()
+    _write(report, runs, configs, bs_list, baselines, len(runs[configs[0]][str(bs_list[0])]), t0, args.out, final=True)
+    return 0
 
+
+def _write(report, runs, configs, bs_list, baselines, reps_done, t0, out, final) -> None:
+    """Summarise the repetitions done so far into ``out`` (after each one, so a run cut short by its time limit
+    still leaves every finished repetition; ``repetitions_done`` says how many)."""
+    report["repetitions_done"] = reps_done
+    report["complete"] = bool(final and reps_done == report["settings"]["repeats"])
+    report["results"] = {}
     for spec in configs:
         rec = report["results"][spec] = {}
         for bs in map(str, bs_list):
-            rs = runs[spec][bs]
+            n = min(len(runs[s][bs]) for s in configs)  # every config has run this many times at bs
+            rs = runs[spec][bs][:n]
+            if not rs:
+                continue
             tps = [r["tokens"] / r["wall_s"] for r in rs]
             m = rec[bs] = {"tokens_per_s": [round(x, 1) for x in tps], "tokens_per_s_median": round(statistics.median(tps), 1),
                            "mean_accept_length": rs[0]["mean_accept_length"] and round(rs[0]["mean_accept_length"], 3)}
@@ -192,17 +213,19 @@ def main(argv=None) -> int:
                 m["equal_to_plain"] = f"{sum(a == b for a, b in zip(rs[0]['outputs'], ref))}/{len(ref)}"
             for base in baselines:
                 if base != spec:
-                    ratios = [x / (b["tokens"] / b["wall_s"]) for x, b in zip(tps, runs[base][bs])]
+                    ratios = [x / (b["tokens"] / b["wall_s"]) for x, b in zip(tps, runs[base][bs][:n])]
                     m[f"speedup_vs_{base}"] = _stats(ratios)
-            print(f"[bench_paired] {spec:>22} bs {bs:>3}: median {m['tokens_per_s_median']:>8.1f} tok/s "
-                  f"(runs {m['tokens_per_s']}), accept {m['mean_accept_length']}, == plain {m.get('equal_to_plain')}, "
-                  + ", ".join(f"vs {b} x{m[f'speedup_vs_{b}']['median']:.3f} [{m[f'speedup_vs_{b}']['min']:.3f}, "
-                              f"{m[f'speedup_vs_{b}']['max']:.3f}]" for b in baselines if f"speedup_vs_{b}" in m),
-                  flush=True)
+            if final:
+                print(f"[bench_paired] {spec:>22} bs {bs:>3}: median {m['tokens_per_s_median']:>8.1f} tok/s "
+                      f"(runs {m['tokens_per_s']}), accept {m['mean_accept_length']}, == plain {m.get('equal_to_plain')}, "
+                      + ", ".join(f"vs {b} x{m[f'speedup_vs_{b}']['median']:.3f} [{m[f'speedup_vs_{b}']['min']:.3f}, "
+                                  f"{m[f'speedup_vs_{b}']['max']:.3f}]" for b in baselines if f"speedup_vs_{b}" in m),
+                      flush=True)
     report["wall_s"] = round(time.time() - t0, 1)
-    with open(args.out, "w") as f:
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
         json.dump(report, f, indent=1)
-    return 0
+    os.replace(tmp, out)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,13 @@
 #     bash scripts/device/issue14.sh shape      # bench_shape at the Qwen3-8B shape (dummy weights): AR and DFLASH
 #                                               # on fa3, DDTREE budgets 16 / 64 on triton and fa3, paired, with
 #                                               # torch-profiler breakdowns (analyze_trace) at concurrency 1 and 32
-#     bash scripts/device/issue14.sh close      # what the issue's done-when still lacks: the breakdown (time outside
-#                                               # the CUDA graphs) at the 8B shape, c 1 / 32, profiled, DDTREE b15 on
-#                                               # fa3, triton and flashinfer next to DFLASH on fa3, and the tiny pair at
-#                                               # bs 1, paired (AR, DFLASH on fa3, DDTREE's budgets) (fa3 staged)
+#     bash scripts/device/issue14.sh close [pair|shape]  # what the issue's done-when still lacks (fa3 staged):
+#                                               # `shape`: the breakdown (time outside the CUDA graphs) at the 8B shape,
+#                                               # c 1 / 32, profiled, DDTREE b15 on fa3, triton and flashinfer next to
+#                                               # DFLASH on fa3; `pair`: the tiny pair at bs 1, paired (AR, DFLASH on
+#                                               # fa3, DDTREE's budgets); no argument: both (one call only with the JIT
+#                                               # cache staged: cold, session 13's engines took 163 s to start and the
+#                                               # call ended with neither done; give each its own call)
 #     bash scripts/device/issue14.sh verify     # the rest of a round change's checks (fa3 staged): T > 0 on fa3 and
 #                                               # triton, everyday features on fa3, the trained pair on fa3 and triton
 #                                               # (near-ties only), sharp parity without overlap / graphs against a
@@ -53,18 +56,24 @@ case "${1:-}" in
     mkdir -p "$OUT/prof"
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
+    part=${2:-all}
+    case "$part" in all|pair|shape) ;; *) echo "usage: $0 close [pair|shape]" >&2; exit 2 ;; esac
     read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
-    timeout -k 10 "${PAIRED_TIMEOUT_S:-200}" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" --target "$TGT" --draft "$DRF" \
+    [ "$part" = shape ] || timeout -k 10 "${PAIRED_TIMEOUT_S:-$([ "$part" = pair ] && echo 500 || echo 200)}" \
+      python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" --target "$TGT" --draft "$DRF" \
       --configs plain+fa3,plain+triton,dflash+fa3,ddtree:15:8+triton,ddtree:63:8+triton,ddtree:64:8+triton \
       --baselines plain+fa3,dflash+fa3 --bs 1 --repeats "${PAIRED_REPEATS:-5}" --num-prompts 16 \
-      --max-new-tokens 64 --out "$OUT/paired_bs1.json" 2>&1 | tail -n 30
-    (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
-    timeout -k 10 "${SHAPE_TIMEOUT_S:-330}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+      --max-new-tokens 64 --deadline-s "${PAIRED_DEADLINE_S:-$([ "$part" = pair ] && echo 380 || echo 150)}" \
+      --out "$OUT/paired_bs1.json" 2>&1 | tail -n 30
+    [ "$part" = shape ] || (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files
+    [ "$part" = pair ] || timeout -k 10 "${SHAPE_TIMEOUT_S:-$([ "$part" = shape ] && echo 520 || echo 330)}" \
+      python3 benchmark/bench_shape.py --shapes qwen3-8b \
       --configs dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+triton,ddtree:15:8+flashinfer --baselines dflash+fa3 \
       --concurrency 1,32 --repeats 1 --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
       --profile-dir "$OUT/prof" --profile-concurrency 1,32 --log-dir "$OUT/logs" --out "$OUT/shape_breakdown.json" \
       2>&1 | tail -n 30
-    (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf prof logs)
+    [ "$part" = pair ] || (cd "$OUT" && find prof -name '*.analysis.json' | tar -czf analyses.tar.gz -T - \
+      && tar -czf logs.tar.gz logs && rm -rf prof logs)
     ls -la "$OUT"
     ;;
   quick)

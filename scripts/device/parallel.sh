@@ -8,7 +8,7 @@
 # Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts, see ../shared/device/README.md).
 # Each command runs from the repo root after `source .device/env.sh`, with the plugin's entry point visible
 # to every SGLang process (a dist-info on PYTHONPATH, what `pip install` of the wheel writes), with
-# CMD_OUT=$OUT/<name> (created) and SGLANG_DDTREE_KEEP_REPORTS=$OUT/<name>. Env: CMD_TIMEOUT_S (default
+# CMD_OUT=$OUT/<name> (created) and SGLANG_DDTREE_KEEP_REPORTS=$OUT/<name>. Env: CMD_TIMEOUT_S (from the first start; default
 # 560), STAGGER_S (default 5: engine ports are picked at start). Files in $OUT afterwards: parallel.json and
 # logs.tar.gz (logs/, env.txt and every <name>/ folder; the folders themselves are removed so that the device
 # tool's 8-file limit holds).
@@ -30,6 +30,31 @@ cat "$LOGS/env.txt"
 names=()
 pids=()
 starts=()
+finish() {  # the JSON summary and one tar of every log (also when the call is stopped: TERM / INT)
+  python3 - "$LOGS" "${names[@]}" > "$OUT/parallel.json" <<'PY'
+import json, os, re, sys
+logs, names = sys.argv[1], sys.argv[2:]
+out = {"env": open(os.path.join(logs, "env.txt")).read().splitlines(), "commands": {}}
+for n in names:
+    text = open(os.path.join(logs, n + ".log"), errors="replace").read() if os.path.exists(os.path.join(logs, n + ".log")) else ""
+    rc = open(os.path.join(logs, n + ".rc")).read().strip() if os.path.exists(os.path.join(logs, n + ".rc")) else None
+    counts = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
+    out["commands"][n] = {"rc": rc, "result": counts[-1] if counts else None,
+                          "failures": [l for l in text.splitlines() if l.startswith(("FAILED", "ERROR"))][:30],
+                          "passed": [l.split()[1] for l in text.splitlines() if l.startswith("PASSED ")][:200]}
+print(json.dumps(out, indent=1))
+PY
+  cat "$OUT/parallel.json"
+  tar -C "$OUT" -czf /tmp/parallel_logs.tar.gz logs "${names[@]}" && mv /tmp/parallel_logs.tar.gz "$OUT/logs.tar.gz" \
+    && (cd "$OUT" && rm -rf logs "${names[@]}")
+  ls -la "$OUT"
+}
+killtree() { local c; for c in $(pgrep -P "$1"); do killtree "$c"; done; kill -TERM "$1" 2>/dev/null; }
+trap 'echo "[parallel] stopped: summarising what finished" >&2; for p in "${pids[@]}"; do killtree "$p"; done
+      finish; exit 143' TERM INT
+# Every command ends by CMD_TIMEOUT_S after the first one started (the stagger does not push the last one later):
+# a device call's own limit must exceed CMD_TIMEOUT_S + the set-up above (~10-40 s) + ~15 s to summarise.
+t_first=$(date +%s)
 for spec in "$@"; do
   name=${spec%%=*}
   cmd=${spec#*=}
@@ -37,7 +62,8 @@ for spec in "$@"; do
   names+=("$name")
   starts+=("$(date +%s)")
   (export CMD_OUT=$OUT/$name SGLANG_DDTREE_KEEP_REPORTS=$OUT/$name
-   timeout -k 10 "${CMD_TIMEOUT_S:-560}" bash -c "$cmd" > "$LOGS/$name.log" 2>&1
+   left=$(( ${CMD_TIMEOUT_S:-560} - ($(date +%s) - t_first) ))
+   timeout -k 10 "$(( left > 10 ? left : 10 ))" bash -c "$cmd" > "$LOGS/$name.log" 2>&1
    echo $? > "$LOGS/$name.rc") &
   pids+=($!)
   sleep "${STAGGER_S:-5}"
@@ -47,19 +73,5 @@ for i in "${!pids[@]}"; do
   rc=$(cat "$LOGS/${names[$i]}.rc" 2>/dev/null || echo 255)
   echo "[parallel] ${names[$i]} rc=$rc $(( $(date +%s) - ${starts[$i]} ))s :: $(grep -E 'passed|failed|error' "$LOGS/${names[$i]}.log" | tail -n 1)"
 done
-python3 - "$LOGS" "${names[@]}" > "$OUT/parallel.json" <<'PY'
-import json, os, re, sys
-logs, names = sys.argv[1], sys.argv[2:]
-out = {"env": open(os.path.join(logs, "env.txt")).read().splitlines(), "commands": {}}
-for n in names:
-    text = open(os.path.join(logs, n + ".log"), errors="replace").read()
-    rc = open(os.path.join(logs, n + ".rc")).read().strip() if os.path.exists(os.path.join(logs, n + ".rc")) else None
-    counts = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
-    out["commands"][n] = {"rc": rc, "result": counts[-1] if counts else None,
-                          "failures": [l for l in text.splitlines() if l.startswith(("FAILED", "ERROR"))][:30]}
-print(json.dumps(out, indent=1))
-PY
-cat "$OUT/parallel.json"
-tar -C "$OUT" -czf /tmp/parallel_logs.tar.gz logs "${names[@]}" && mv /tmp/parallel_logs.tar.gz "$OUT/logs.tar.gz" \
-  && (cd "$OUT" && rm -rf logs "${names[@]}")
-ls -la "$OUT"
+trap - TERM INT
+finish

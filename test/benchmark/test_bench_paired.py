@@ -53,3 +53,39 @@ def test_baseline_must_be_a_config(tmp_path):
                            "--configs", "plain,ddtree:8:2", "--out", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--baselines ['dflash'] are not in --configs" in proc.stderr
+
+
+def test_a_run_cut_short_keeps_every_finished_repetition(tmp_path):
+    """--out is rewritten after every repetition (a device call's time limit once lost a whole paired run that
+    had finished one of five) and --deadline-s stops between repetitions; both say how many ran."""
+    import signal
+    import time
+
+    pair = _pair()
+    env = dict(os.environ, BENCH_PAIRED_FAKE_ENGINE="1")
+    base = [sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft, "--configs", "plain,dflash",
+            "--bs", "1,4", "--num-prompts", "4", "--max-new-tokens", "5"]
+    out = tmp_path / "deadline.json"
+    proc = subprocess.run(base + ["--repeats", "3", "--deadline-s", "0.001", "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert (rep["repetitions_done"], rep["complete"]) == (1, False) and "stopping after 1 repetitions" in proc.stdout
+    assert [len(rep["results"][s][bs]["tokens_per_s"]) for s in ("plain", "dflash") for bs in ("1", "4")] == [1] * 4
+
+    out = tmp_path / "killed.json"
+    p = subprocess.Popen(base + ["--repeats", "100000", "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        t0 = time.time()
+        while not out.exists() and time.time() - t0 < 240 and p.poll() is None:
+            time.sleep(0.2)
+        time.sleep(0.5)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)  # as `timeout -s KILL` would: nothing of the script runs after this
+        p.wait()
+    rep = json.loads(out.read_text())  # whole JSON: written to a temporary file, then renamed
+    n = rep["repetitions_done"]
+    assert n >= 1 and rep["complete"] is False
+    assert all(len(rep["results"][s][bs]["tokens_per_s"]) == n for s in ("plain", "dflash") for bs in ("1", "4"))
+    assert rep["results"]["dflash"]["1"]["speedup_vs_plain"]["median"] > 0

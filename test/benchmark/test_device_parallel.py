@@ -1,0 +1,56 @@
+"""scripts/device/parallel.sh on the CPU: the per-command records and one tar of the logs come back also when
+the device call is stopped (session 13 lost three commands' results to a call that ended before the summary)."""
+
+import json
+import os
+import signal
+import subprocess
+import tarfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "device", "parallel.sh")
+
+
+def _run(tmp_path, *cmds, stop_after_s=None, **env):
+    out = tmp_path / "out"
+    e = dict(os.environ, OUT=str(out), **{"STAGGER_S": "0", **env})
+    p = subprocess.Popen(["bash", SCRIPT, *cmds], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    if stop_after_s is not None:
+        time.sleep(stop_after_s)
+        p.send_signal(signal.SIGTERM)  # what `timeout` sends the call's command
+    text, _ = p.communicate(timeout=120)
+    summary = json.loads((out / "parallel.json").read_text())
+    with tarfile.open(out / "logs.tar.gz") as t:
+        names = t.getnames()
+    return p.returncode, summary, names, text
+
+
+def test_every_command_is_summarised(tmp_path):
+    rc, summary, names, text = _run(tmp_path, "ok=echo PASSED t.py::a; echo '1 passed in 0.1s'", "bad=exit 3")
+    assert rc == 0, text
+    assert summary["commands"]["ok"] == {"rc": "0", "result": "1 passed in 0.1s", "failures": [], "passed": ["t.py::a"]}
+    assert summary["commands"]["bad"]["rc"] == "3"
+    assert "logs/ok.log" in names and "logs/bad.log" in names
+
+
+def test_a_stopped_call_still_leaves_the_summary_and_the_logs(tmp_path):
+    t0 = time.time()
+    rc, summary, names, text = _run(tmp_path, "quick=echo '2 passed in 0.1s'", "slow=sleep 60", stop_after_s=4)
+    assert time.time() - t0 < 30  # the running command was stopped with the call
+    assert rc == 143, text
+    assert summary["commands"]["quick"]["result"] == "2 passed in 0.1s"
+    assert summary["commands"]["slow"]["rc"] is None  # still running when the call was stopped
+    assert "logs/quick.log" in names and "logs/slow.log" in names
+
+
+def test_every_command_ends_by_the_same_deadline(tmp_path):
+    """CMD_TIMEOUT_S counts from the first command's start, so staggered starts do not push the last past it."""
+    import re
+
+    rc, summary, _, text = _run(tmp_path, "a=sleep 60", "b=sleep 60", CMD_TIMEOUT_S="16", STAGGER_S="3")
+    assert rc == 0, text
+    assert summary["commands"]["a"]["rc"] == summary["commands"]["b"]["rc"] == "124"
+    ran = {m[0]: int(m[1]) for m in re.findall(r"\[parallel\] (\w) rc=124 (\d+)s", text)}
+    assert 15 <= ran["a"] <= 17 and 12 <= ran["b"] <= 14, text  # b started 3 s later with 13 s left
