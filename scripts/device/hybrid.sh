@@ -11,6 +11,9 @@
 #                                             # the two deliberate state faults must diverge clearly more
 #     bash scripts/device/hybrid.sh sampling  # T > 0 on the plain-weights fixture: DDTREE vs plain, chi-square
 #     bash scripts/device/hybrid.sh rest      # nograph + nooverlap parity, faults, T > 0 and the paged runs at once
+#                                             # (seven at once: too many for one call, session 13)
+#     bash scripts/device/hybrid.sh left      # what session 13's `rest` left unrecorded (its nograph / nooverlap
+#                                             # parity and paged fa3 passed): faults, T > 0, paged triton / flashinfer
 #     bash scripts/device/hybrid.sh shape     # the Qwen3.5-9B shape (dummy weights, bench_shape.py): AR, DFLASH and
 #                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
@@ -53,6 +56,13 @@ case "${1:-}" in
   sampling)
     exec bash $PAR "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling"
     ;;
+  left)
+    exec bash $PAR \
+      "faults=$PYT test/worker/test_hybrid_gpu.py -k faults" \
+      "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling" \
+      "paged_triton=$PYT test/worker/test_worker_gpu.py -k 'paged and triton'" \
+      "paged_flashinfer=$PYT test/worker/test_worker_gpu.py -k 'paged and flashinfer'"
+    ;;
   shape)
     OUT=${OUT:-/tmp/hybrid_shape_out}
     mkdir -p "$OUT"
@@ -72,7 +82,7 @@ case "${1:-}" in
       "paged_fa3=$PYT test/worker/test_worker_gpu.py -k 'paged and fa3'"
     ;;
   *)
-    echo "usage: $0 kernels|parity|faults|sampling|rest|shape|paged" >&2
+    echo "usage: $0 kernels|parity|faults|sampling|rest|left|shape|paged" >&2
     exit 2
     ;;
 esac
