@@ -216,7 +216,11 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          _make_next_draft_input_decode="overridden: DDTreeDraftInput after decode",
          _ensure_draft_block_buffers="allocates the draft block buffers below (worker._draft)",
          _append_target_hidden_to_draft_kv_by_loc="writes the accepted path's hidden states into the draft KV",
-         init_cuda_graphs="overridden: then budget auto's per-width verify graphs and calibration"),
+         alloc_memory_pool="overridden: the scheduler's draft set-up call, run in the drafter's widths",
+         init_attention_backends="overridden: the scheduler's draft set-up call, run in the drafter's widths "
+                                 "(0.5.17+: fa3 / triton read the widths from get_spec() there)",
+         init_cuda_graphs="overridden: in the drafter's widths; then the draft-KV graphs and budget auto's "
+                          "per-width verify graphs and calibration"),
     _params(f"{_WORKER}._append_target_hidden_to_draft_kv_by_loc",
             "target_hidden, cache_loc, positions, cache_loc_2d, commit_lens", "COMMIT step (worker)"),
     *_on(_WORKER, INSTANCE,
