@@ -10,10 +10,11 @@
 set -eu
 cd "$(dirname "$0")/../.."
 f=${1:?usage: bash scripts/device/stage.sh .fa3/part_NN | .jit/jitcache.tar.xz}
+root=${DDTREE_STAGE_ROOT:-/tmp}  # where .device/env.sh looks (/tmp/fa3p, /tmp/jitcache); tests point it elsewhere
 [ -f "$f" ] || { echo "stage.sh: $f was not carried (name it in the device call's carry)" >&2; exit 2; }
 case "$f" in
-  .fa3/part_*) mkdir -p /tmp/fa3p && cp "$f" /tmp/fa3p/ && ls -la /tmp/fa3p ;;
-  *jitcache.tar.xz) mkdir -p /tmp/jitcache && tar -xJf "$f" -C /tmp/jitcache && touch /tmp/jitcache/.restored \
-    && du -sh /tmp/jitcache ;;
+  .fa3/part_*) mkdir -p "$root/fa3p" && cp "$f" "$root/fa3p/" && ls -la "$root/fa3p" ;;
+  *jitcache.tar.xz) mkdir -p "$root/jitcache" && tar -xJf "$f" -C "$root/jitcache" && touch "$root/jitcache/.restored" \
+    && du -sh "$root/jitcache" ;;
   *) echo "stage.sh: $f is neither an fa3 part nor a JIT cache" >&2; exit 2 ;;
 esac
