@@ -8,7 +8,6 @@ import tarfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-
 def _repo(tmp_path):
     repo = tmp_path / "repo"
     (repo / "scripts" / "device").mkdir(parents=True)
