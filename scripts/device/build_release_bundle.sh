@@ -6,8 +6,9 @@
 #     bash scripts/device/build_release_bundle.sh 0.5.17      # CPU, ~4 min -> .device-0.5.17/site.tar.xz
 #
 # On the device (carry [".device-0.5.17"], + ".fa3/sha.txt" when the fa3 parts are staged: sgl-kernel is 0.4.5 as on
-# 0.5.16, so the same parts assemble): start the command with `source scripts/device/release_env.sh 0.5.17`, which
-# swaps the bundle in (a warm machine may hold another release's tree in /tmp/site) and then runs env.sh.
+# 0.5.16, so the same parts assemble): run the device scripts with DDTREE_DEVICE_RELEASE=0.5.17, whose
+# scripts/device/plugin_env.sh swaps the bundle in (a warm machine may hold another release's tree in /tmp/site)
+# and then runs env.sh (e.g. `DDTREE_DEVICE_RELEASE=0.5.17 bash scripts/device/release_gpu.sh parity`).
 # Releases pinned to another torch than 2.11.0 are refused: the H200 image cannot run them.
 set -euo pipefail
 VERSION=${1:?usage: build_release_bundle.sh VERSION}

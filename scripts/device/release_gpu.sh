@@ -17,17 +17,16 @@ PYT="python3 -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider"
 FA3=""
 [ -f /tmp/fa3p/part_00 ] && FA3=1
 case "${1:-}" in
-  parity)
-    exec bash scripts/device/parallel.sh \
-      "tree=$PYT test/tree/test_gpu.py test/worker/test_sampling_kernel_gpu.py" \
-      "verify_logits=$PYT test/worker/test_verify_logits_gpu.py -k 'not flashinfer'" \
-      "parity_triton=$PYT test/worker/test_worker_gpu.py -k 'sharp_models_token_identical and triton and not tp2'" \
-      ${FA3:+"parity_fa3=$PYT test/worker/test_worker_gpu.py -k 'sharp_models_token_identical and fa3 and not tp2'"} ;;
-  features)
-    exec bash scripts/device/parallel.sh \
-      "features=$PYT test/worker/test_features_gpu.py" \
-      "sampling=$PYT test/worker/test_sampling_gpu.py" \
-      "coverage_obs=$PYT test/worker/test_accept_coverage_gpu.py test/worker/test_observability_gpu.py" \
-      ${FA3:+"features_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py"} ;;
+  parity) cmds=(
+    "tree=$PYT test/tree/test_gpu.py test/worker/test_sampling_kernel_gpu.py"
+    "verify_logits=$PYT test/worker/test_verify_logits_gpu.py -k 'not flashinfer'"
+    "parity_triton=$PYT test/worker/test_worker_gpu.py -k 'sharp_models_token_identical and triton and not tp2'"
+    ${FA3:+"parity_fa3=$PYT test/worker/test_worker_gpu.py -k 'sharp_models_token_identical and fa3 and not tp2'"}) ;;
+  features) cmds=(
+    "features=$PYT test/worker/test_features_gpu.py"
+    "sampling=$PYT test/worker/test_sampling_gpu.py"
+    "coverage_obs=$PYT test/worker/test_accept_coverage_gpu.py test/worker/test_observability_gpu.py"
+    ${FA3:+"features_fa3=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py"}) ;;
   *) echo "usage: DDTREE_DEVICE_RELEASE=VERSION $0 parity|features" >&2; exit 2 ;;
 esac
+exec bash scripts/device/parallel.sh "${cmds[@]}"
