@@ -184,24 +184,25 @@ def main(argv=None) -> int:
                     res = c.ask({"bs": bs, "prompts": prompts})
                     runs[c.spec][str(bs)].append(res)
             print(f"[bench_paired] repetition {rep + 1}/{args.repeats} done ({time.time() - t0:.0f} s)", flush=True)
-            _write(report, runs, configs, bs_list, baselines, rep + 1, t0, args.out, final=False)
+            _write(report, runs, bs_list, baselines, t0, args.out, final=False)
     finally:
         for c in children:
             c.close()
-    _write(report, runs, configs, bs_list, baselines, len(runs[configs[0]][str(bs_list[0])]), t0, args.out, final=True)
+    _write(report, runs, bs_list, baselines, t0, args.out, final=True)
     return 0
 
 
-def _write(report, runs, configs, bs_list, baselines, reps_done, t0, out, final) -> None:
-    """Summarise the repetitions done so far into ``out`` (after each one, so a run cut short by its time limit
-    still leaves every finished repetition; ``repetitions_done`` says how many)."""
-    report["repetitions_done"] = reps_done
-    report["complete"] = bool(final and reps_done == report["settings"]["repeats"])
+def _write(report, runs, bs_list, baselines, t0, out, final) -> None:
+    """Summarise the repetitions done so far (``runs[config][bs]``) into ``out`` (after each one, so a run cut
+    short by its time limit still leaves every finished repetition; ``repetitions_done`` says how many)."""
+    done = {bs: min(len(by_bs[bs]) for by_bs in runs.values()) for bs in map(str, bs_list)}  # every config ran
+    report["repetitions_done"] = min(done.values())
+    report["complete"] = bool(final and report["repetitions_done"] == report["settings"]["repeats"])
     report["results"] = {}
-    for spec in configs:
+    for spec in runs:
         rec = report["results"][spec] = {}
         for bs in map(str, bs_list):
-            n = min(len(runs[s][bs]) for s in configs)  # every config has run this many times at bs
+            n = done[bs]
             rs = runs[spec][bs][:n]
             if not rs:
                 continue

@@ -119,11 +119,12 @@ class DDTreeWorker(DFlashWorkerV2):
             return super().init_attention_backends()
 
     def init_cuda_graphs(self):
-        """DFLASH's draft graphs; with ``--speculative-ddtree-budget auto`` then the target's verify resources of
-        every smaller bucket and the start-up calibration (``widths``). The scheduler calls this after the
-        target captured its own verify graphs (the largest bucket's)."""
-        with adapter().drafter_widths(self.config):  # from 0.5.17 the draft graphs are captured here, reading the
-            super().init_cuda_graphs()                 # widths process-wide: the drafter's, not the target's
+        """DFLASH's draft graphs (in the drafter's widths, above), then the draft-KV append graphs and, with
+        ``--speculative-ddtree-budget auto``, the target's verify resources of every smaller bucket and the start-up
+        calibration (``widths``). The scheduler calls this after the target captured its own verify graphs (the
+        largest bucket's)."""
+        with adapter().drafter_widths(self.config):
+            super().init_cuda_graphs()
         self._draft_kv_graphs = self._init_draft_kv_graphs()
         if self.config.adaptive:
             self._init_auto()
