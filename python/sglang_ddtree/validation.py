@@ -96,6 +96,7 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
         )
     _check_target_attention_backends(server_args)
     _check_unsupported_features(server_args)
+    _check_page_size(server_args, adaptive=requested == AUTO)
     if server_args.speculative_draft_model_path is None:
         raise DDTreeArgumentError(
             "--speculative-algorithm DDTREE requires --speculative-draft-model-path "
@@ -165,23 +166,65 @@ def _check_platform_and_parallelism(server_args) -> None:
     dp_flag = adapter().attention_dp_flag(view)  # --attn-dp-size N from 0.5.22
     if dp_flag is not None:
         raise DDTreeArgumentError(f"--speculative-algorithm DDTREE does not support {dp_flag} yet.")
-    if view.page_size is not None and view.page_size > 1 and not paged_kv_enabled():
-        raise DDTreeArgumentError(
-            f"--speculative-algorithm DDTREE supports --page-size 1 only for now, got --page-size "
-            f"{view.page_size} (set {PAGED_ENV}=1 to try larger pages: not yet verified on a GPU)."
-        )
 
 
 PAGED_ENV = "SGLANG_DDTREE_EXPERIMENTAL_PAGED"
+# --page-size > 1 as verified on a GPU: the target's prefill and decode attention on fa3 with DDTREE's fused tree
+# attention, the drafter's backend unset or fa3, a fixed budget; dense targets (hybrid ones refuse pages in
+# ``hybrid_args``). ``test_worker_gpu.py::test_paged_kv_is_token_identical_to_page_size_1[fa3]``: page 16 / 64,
+# budgets 15 / 64, graphs and overlap on and off, token-identical to the page-1 plain engine (H200, SGLang 0.5.16,
+# session 13: ``benchmark/results/gpu_tests_h200_session13.json`` call 7).
+PAGED_VERIFIED_BACKEND = "fa3"
 
 
 def paged_kv_enabled() -> bool:
-    """``SGLANG_DDTREE_EXPERIMENTAL_PAGED=1``: DDTREE accepts ``--page-size`` > 1 (dense targets; triton, flashinfer,
-    fa3). Every slot the round touches is a per-token index read from ``req_to_token`` (verify, commit moves,
-    draft block, draft-KV append) and upstream's ``alloc_for_spec_decode`` reserves whole pages, so nothing in the
-    round assumes one-token pages; experimental until ``test_worker_gpu.py``'s paged parity has run on a GPU."""
-    return env_switch(PAGED_ENV, on="--page-size > 1 allowed (experimental)", off="--page-size 1 only",
-                      error=DDTreeArgumentError)
+    """``SGLANG_DDTREE_EXPERIMENTAL_PAGED=1``: DDTREE accepts ``--page-size`` > 1 beyond the verified configuration
+    (``_check_page_size``): dense targets on triton, flashinfer, fa3 with upstream's cascade, budget auto. Every slot
+    the round touches is a per-token index read from ``req_to_token`` (verify, commit moves, draft block, draft-KV
+    append) and upstream's ``alloc_for_spec_decode`` reserves whole pages, so nothing in the round assumes
+    one-token pages; experimental until ``test_worker_gpu.py``'s paged parity has run there on a GPU."""
+    return env_switch(PAGED_ENV, on="--page-size > 1 allowed beyond fa3 (experimental)",
+                      off="--page-size > 1 on fa3 with a fixed budget only", error=DDTreeArgumentError)
+
+
+def paged_kv_unverified_reason(server_args, *, adaptive: bool):
+    """Why this configuration's ``--page-size`` > 1 is outside what a GPU verified (``PAGED_VERIFIED_BACKEND``),
+    or None when it is inside."""
+    from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
+
+    from sglang_ddtree.worker import fa3_tree
+
+    prefill, decode = attention_backends_of(resolved_view(server_args))
+    for flag, backend in (("prefill", prefill), ("decode", decode)):
+        if backend != PAGED_VERIFIED_BACKEND:
+            return f"the {flag} attention backend is '{backend}'"
+    draft = getattr(server_args, "speculative_draft_attention_backend", None)
+    if draft not in (None, PAGED_VERIFIED_BACKEND):
+        return f"--speculative-draft-attention-backend is '{draft}'"
+    if not fa3_tree.enabled():
+        return f"fa3 verifies trees with upstream's cascade here ({fa3_tree.ENV} off or not carried by this release)"
+    if adaptive:
+        return f"{BUDGET_FLAG} is {AUTO}"
+    return None
+
+
+def _check_page_size(server_args, *, adaptive: bool) -> None:
+    """``--page-size`` > 1: taken in the GPU-verified configuration, or anywhere with ``PAGED_ENV``=1."""
+    from sglang.srt.arg_groups.overrides import resolved_view
+
+    page_size = resolved_view(server_args).page_size
+    if page_size is None or page_size <= 1 or paged_kv_enabled():
+        return
+    hf_config = _target_hf_config(server_args)
+    if hf_config is not None and is_hybrid_linear_attention(hf_config):
+        return  # hybrid targets refuse every page size > 1 (``hybrid_args``), with their own message
+    why = paged_kv_unverified_reason(server_args, adaptive=adaptive)
+    if why is not None:
+        raise DDTreeArgumentError(
+            f"--speculative-algorithm DDTREE supports --page-size {page_size} only with --attention-backend "
+            f"{PAGED_VERIFIED_BACKEND} and a fixed budget for now, but {why} (use --page-size 1, or set "
+            f"{PAGED_ENV}=1 to try it: not yet verified on a GPU)."
+        )
 
 
 def _check_target_attention_backends(server_args) -> None:

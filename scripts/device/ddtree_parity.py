@@ -32,11 +32,16 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from sglang_ddtree.validation import PAGED_ENV  # noqa: E402
+from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKEND  # noqa: E402
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
 PAGED = {PAGED_ENV: "1"}
+
+
+def _paged_env(backend):
+    """The experimental switch for --page-size > 1 where validation does not take it as verified (not fa3)."""
+    return {} if backend == PAGED_VERIFIED_BACKEND else PAGED
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -79,14 +84,17 @@ CONFIGS = {
     "dd_fa3_b256": ddtree(256, 8, backend="fa3"),
     "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
     "dd_fa3_b15_nooverlap": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True),
-    # --page-size > 1 (experimental switch), compared with the page-1 plain engine of the same backend
+    # --page-size > 1, compared with the page-1 plain engine of the same backend: fa3 as validation takes it (the
+    # verified configuration), triton / flashinfer behind the experimental switch
     **{f"plain_{b}_p{p}": dict(attention_backend=b, page_size=p) for b in ("triton", "flashinfer", "fa3")
        for p in (16, 64)},
-    **{f"dd_{b}_b15_p16": ddtree(15, 4, backend=b, page_size=16, _env=PAGED) for b in ("triton", "flashinfer", "fa3")},
-    **{f"dd_{b}_b64_p64": ddtree(64, 8, backend=b, page_size=64, _env=PAGED) for b in ("triton", "flashinfer", "fa3")},
-    **{f"dd_{b}_b15_p64_nooverlap": ddtree(15, 4, backend=b, page_size=64, disable_overlap_schedule=True, _env=PAGED)
+    **{f"dd_{b}_b15_p16": ddtree(15, 4, backend=b, page_size=16, _env=_paged_env(b))
        for b in ("triton", "flashinfer", "fa3")},
-    **{f"dd_{b}_b64_p16_nograph": ddtree(64, 8, backend=b, page_size=16, disable_cuda_graph=True, _env=PAGED)
+    **{f"dd_{b}_b64_p64": ddtree(64, 8, backend=b, page_size=64, _env=_paged_env(b))
+       for b in ("triton", "flashinfer", "fa3")},
+    **{f"dd_{b}_b15_p64_nooverlap": ddtree(15, 4, backend=b, page_size=64, disable_overlap_schedule=True,
+                                           _env=_paged_env(b)) for b in ("triton", "flashinfer", "fa3")},
+    **{f"dd_{b}_b64_p16_nograph": ddtree(64, 8, backend=b, page_size=16, disable_cuda_graph=True, _env=_paged_env(b))
        for b in ("triton", "flashinfer", "fa3")},
     # the draft-KV append from CUDA graphs (worker.draft_kv_graph; on by default since session 12: these force it,
     # _kveager keeps upstream's eager call)

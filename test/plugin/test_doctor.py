@@ -203,19 +203,25 @@ def test_gpu_check_says_which_fa3_tree_verify_runs(monkeypatch, switch):
     assert f"fa3 tree verify: {want}" in detail
 
 
-@pytest.mark.parametrize("switch, want", [
-    ("", "--page-size > 1: refused (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it, not yet verified on a GPU)"),
-    ("1", "--page-size > 1: EXPERIMENTAL, allowed (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1; dense targets"),
-    ("on", "--page-size > 1: SGLANG_DDTREE_EXPERIMENTAL_PAGED='on': use 1"),
+@pytest.mark.parametrize("switch, fa3_tree, want", [
+    ("", "1", "--page-size > 1: fa3 with a fixed budget (GPU-verified); elsewhere refused "
+              "(SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it, not yet verified on a GPU)"),
+    ("", "0", "--page-size > 1: refused (fa3 runs upstream's cascade here; SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try"),
+    ("1", "0", "--page-size > 1: allowed, EXPERIMENTAL beyond fa3 with a fixed budget (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1;"),
+    ("on", "1", "--page-size > 1: SGLANG_DDTREE_EXPERIMENTAL_PAGED='on': use 1"),
 ])
-def test_gpu_check_says_whether_pages_above_1_are_taken(monkeypatch, switch, want):
+def test_gpu_check_says_whether_pages_above_1_are_taken(monkeypatch, switch, fa3_tree, want):
     import torch
 
     from sglang_ddtree import doctor
+    from sglang_ddtree.worker import fa3_tree as fa3
 
+    if fa3_tree == "1" and not fa3.release_supported():
+        pytest.skip("this release cannot carry DDTREE's fused fa3 tree attention (the switch set to 1 is refused)")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
     monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", switch)
+    monkeypatch.setenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", fa3_tree)
     check = doctor.check_gpu()
     assert check.status == "OK" and want in check.detail, check.detail
