@@ -187,7 +187,7 @@ def paged_kv_enabled() -> bool:
                       off="--page-size > 1 on fa3 with a fixed budget only", error=DDTreeArgumentError)
 
 
-def paged_kv_unverified_reason(server_args, *, adaptive: bool):
+def _paged_unverified_reason(server_args, *, adaptive: bool):
     """Why this configuration's ``--page-size`` > 1 is outside what a GPU verified (``PAGED_VERIFIED_BACKEND``),
     or None when it is inside."""
     from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
@@ -218,7 +218,7 @@ def _check_page_size(server_args, *, adaptive: bool) -> None:
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):
         return  # hybrid targets refuse every page size > 1 (``hybrid_args``), with their own message
-    why = paged_kv_unverified_reason(server_args, adaptive=adaptive)
+    why = _paged_unverified_reason(server_args, adaptive=adaptive)
     if why is not None:
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE supports --page-size {page_size} only with --attention-backend "
