@@ -6,15 +6,25 @@
 #     bash scripts/device/stage.sh .jit/jitcache.tar.xz   # device: carry [".jit/jitcache.tar.xz"]: the JIT cache
 #                                                    # (`bash .device/save_jitcache.sh` wrote it; keep it out of
 #                                                    # .device), unpacked where env.sh looks, marked restored
+#     bash scripts/device/stage.sh .fa3/part_02 .jit/jitcache.tar.xz   # several files in one call, while the checkout
+#                                                    # plus everything carried stays within 64 MiB (part_02, 39 MB,
+#                                                    # and the cache, ~4.5 MB, fit together: one call fewer)
 # Make the calls back to back: the machine is given back after 30 s idle and what was staged is lost.
 set -eu
 cd "$(dirname "$0")/../.."
-f=${1:?usage: bash scripts/device/stage.sh .fa3/part_NN | .jit/jitcache.tar.xz}
+[ $# -ge 1 ] || { echo "usage: bash scripts/device/stage.sh FILE... (.fa3/part_NN, .jit/jitcache.tar.xz)" >&2; exit 2; }
 root=${DDTREE_STAGE_ROOT:-/tmp}  # where .device/env.sh looks (/tmp/fa3p, /tmp/jitcache); tests point it elsewhere
-[ -f "$f" ] || { echo "stage.sh: $f was not carried (name it in the device call's carry)" >&2; exit 2; }
-case "$f" in
-  .fa3/part_*) mkdir -p "$root/fa3p" && cp "$f" "$root/fa3p/" && ls -la "$root/fa3p" ;;
-  *jitcache.tar.xz) mkdir -p "$root/jitcache" && tar -xJf "$f" -C "$root/jitcache" && touch "$root/jitcache/.restored" \
-    && du -sh "$root/jitcache" ;;
-  *) echo "stage.sh: $f is neither an fa3 part nor a JIT cache" >&2; exit 2 ;;
-esac
+for f in "$@"; do  # every file checked before anything is staged
+  [ -f "$f" ] || { echo "stage.sh: $f was not carried (name it in the device call's carry)" >&2; exit 2; }
+  case "$f" in
+    .fa3/part_*|*jitcache.tar.xz) ;;
+    *) echo "stage.sh: $f is neither an fa3 part nor a JIT cache" >&2; exit 2 ;;
+  esac
+done
+for f in "$@"; do
+  case "$f" in
+    .fa3/part_*) mkdir -p "$root/fa3p" && cp "$f" "$root/fa3p/" && ls -la "$root/fa3p" ;;
+    *jitcache.tar.xz) mkdir -p "$root/jitcache" && tar -xJf "$f" -C "$root/jitcache" \
+      && touch "$root/jitcache/.restored" && du -sh "$root/jitcache" ;;
+  esac
+done

@@ -46,3 +46,27 @@ def test_a_missing_or_unknown_file_is_refused(tmp_path):
     p = subprocess.run(["bash", "scripts/device/stage.sh", "other.bin"], cwd=repo, capture_output=True, text=True,
                        env=env, timeout=60)
     assert p.returncode == 2 and "neither an fa3 part nor a JIT cache" in p.stderr
+    p = subprocess.run(["bash", "scripts/device/stage.sh"], cwd=repo, capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and "usage:" in p.stderr
+
+
+def test_several_files_in_one_call_and_nothing_staged_when_one_is_bad(tmp_path):
+    repo = _repo(tmp_path)
+    env = dict(os.environ, DDTREE_STAGE_ROOT=str(tmp_path / "root"))
+    (repo / ".fa3").mkdir()
+    (repo / ".fa3" / "part_02").write_bytes(b"z" * 10)
+    (repo / ".jit").mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "k.bin").write_text("kernel")
+    with tarfile.open(repo / ".jit" / "jitcache.tar.xz", "w:xz") as t:
+        t.add(tmp_path / "cache" / "k.bin", arcname="./k.bin")
+    p = subprocess.run(["bash", "scripts/device/stage.sh", ".fa3/part_02", ".fa3/part_09"], cwd=repo,
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and ".fa3/part_09 was not carried" in p.stderr
+    assert not (tmp_path / "root").exists()  # checked first: nothing half-staged
+    p = subprocess.run(["bash", "scripts/device/stage.sh", ".fa3/part_02", ".jit/jitcache.tar.xz"], cwd=repo,
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "root" / "fa3p" / "part_02").read_bytes() == b"z" * 10
+    assert (tmp_path / "root" / "jitcache" / "k.bin").read_text() == "kernel"
+    assert (tmp_path / "root" / "jitcache" / ".restored").exists()
