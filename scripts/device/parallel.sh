@@ -15,18 +15,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/parallel_out}
-mkdir -p "$OUT"
-# shellcheck disable=SC1091
-source scripts/device/plugin_env.sh
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
-{
-  echo "date $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo unknown) dirty $(git status --porcelain 2>/dev/null | grep -vc '^??')"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1
-  python3 -c "import sys, torch, triton, sglang; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'sglang', sglang.__version__)" 2>&1
-  python3 -c "from sgl_kernel import flash_ops; print('fa3 flash_ops importable')" 2>&1 | tail -1
-} > "$LOGS/env.txt"
-cat "$LOGS/env.txt"
 names=()
 pids=()
 starts=()
@@ -34,7 +24,8 @@ finish() {  # the JSON summary and one tar of every log (also when the call is s
   python3 - "$LOGS" "${names[@]}" > "$OUT/parallel.json" <<'PY'
 import json, os, re, sys
 logs, names = sys.argv[1], sys.argv[2:]
-out = {"env": open(os.path.join(logs, "env.txt")).read().splitlines(), "commands": {}}
+env = os.path.join(logs, "env.txt")  # absent when the call was stopped during the set-up
+out = {"env": open(env).read().splitlines() if os.path.exists(env) else [], "commands": {}}
 for n in names:
     text = open(os.path.join(logs, n + ".log"), errors="replace").read() if os.path.exists(os.path.join(logs, n + ".log")) else ""
     rc = open(os.path.join(logs, n + ".rc")).read().strip() if os.path.exists(os.path.join(logs, n + ".rc")) else None
@@ -50,8 +41,18 @@ PY
   ls -la "$OUT"
 }
 killtree() { local c; for c in $(pgrep -P "$1"); do killtree "$c"; done; kill -TERM "$1" 2>/dev/null; }
+# Set before the set-up below (bundle unpack, torch / sglang imports: seconds): a stop at any point summarises.
 trap 'echo "[parallel] stopped: summarising what finished" >&2; for p in "${pids[@]}"; do killtree "$p"; done
       finish; exit 143' TERM INT
+# shellcheck disable=SC1091
+source scripts/device/plugin_env.sh
+{
+  echo "date $(date -u +%FT%TZ) git $(git rev-parse --short HEAD 2>/dev/null || echo unknown) dirty $(git status --porcelain 2>/dev/null | grep -vc '^??')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1
+  python3 -c "import sys, torch, triton, sglang; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'sglang', sglang.__version__)" 2>&1
+  python3 -c "from sgl_kernel import flash_ops; print('fa3 flash_ops importable')" 2>&1 | tail -1
+} > "$LOGS/env.txt"
+cat "$LOGS/env.txt"
 # Every command ends by CMD_TIMEOUT_S after the first one started (the stagger does not push the last one later):
 # a device call's own limit must exceed CMD_TIMEOUT_S + the set-up above (~10-40 s) + ~15 s to summarise.
 t_first=$(date +%s)

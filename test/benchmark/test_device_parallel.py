@@ -12,14 +12,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "scripts", "device", "parallel.sh")
 
 
-def _run(tmp_path, *cmds, stop_after_s=None, **env):
+def _run(tmp_path, *cmds, stop_after=None, **env):
+    """``stop_after``: a file under $OUT; once it exists the call is stopped as `timeout` stops it (TERM)."""
     out = tmp_path / "out"
     e = dict(os.environ, OUT=str(out), **{"STAGGER_S": "0", **env})
     p = subprocess.Popen(["bash", SCRIPT, *cmds], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True)
-    if stop_after_s is not None:
-        time.sleep(stop_after_s)
-        p.send_signal(signal.SIGTERM)  # what `timeout` sends the call's command
+    if stop_after is not None:
+        deadline = time.time() + 60
+        while not (out / stop_after).exists() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the slow command is running too (it started with the quick one)
+        p.send_signal(signal.SIGTERM)
     text, _ = p.communicate(timeout=120)
     summary = json.loads((out / "parallel.json").read_text())
     with tarfile.open(out / "logs.tar.gz") as t:
@@ -37,11 +41,12 @@ def test_every_command_is_summarised(tmp_path):
 
 def test_a_stopped_call_still_leaves_the_summary_and_the_logs(tmp_path):
     t0 = time.time()
-    rc, summary, names, text = _run(tmp_path, "quick=echo '2 passed in 0.1s'", "slow=sleep 60", stop_after_s=4)
-    assert time.time() - t0 < 30  # the running command was stopped with the call
+    rc, summary, names, text = _run(tmp_path, "quick=echo '2 passed in 0.1s'", "slow=sleep 60", stop_after="logs/quick.rc")
+    assert time.time() - t0 < 45  # the running command was stopped with the call (not its 60 s)
     assert rc == 143, text
     assert summary["commands"]["quick"]["result"] == "2 passed in 0.1s"
-    assert summary["commands"]["slow"]["rc"] is None  # still running when the call was stopped
+    # still running when the call was stopped: no exit code yet, or the TERM's (the stop races its subshell's record)
+    assert summary["commands"]["slow"]["rc"] in (None, "143") and summary["commands"]["slow"]["result"] is None
     assert "logs/quick.log" in names and "logs/slow.log" in names
 
 
