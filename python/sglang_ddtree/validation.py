@@ -96,7 +96,6 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
         )
     _check_target_attention_backends(server_args)
     _check_unsupported_features(server_args)
-    _check_page_size(server_args, adaptive=requested == AUTO)
     if server_args.speculative_draft_model_path is None:
         raise DDTreeArgumentError(
             "--speculative-algorithm DDTREE requires --speculative-draft-model-path "
@@ -123,7 +122,9 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
                 f"{BUDGET_FLAG} {AUTO} is not supported with hybrid Mamba/GDN targets yet (their per-node state "
                 f"buffers are captured at one verify width); use a fixed budget."
             )
-        check_hybrid_server_args(server_args, config)
+        check_hybrid_server_args(server_args, config)  # refuses every page size > 1, with its own message
+    else:
+        _check_page_size(server_args, adaptive=config.adaptive)
     logger.info(
         "DDTREE: budget=%s topk=%d drafter block size=%d (tree depth <= %d, verify width %s tokens/request).",
         f"auto (buckets {list(config.buckets)})" if config.adaptive else budget, topk, block_size,
@@ -209,15 +210,13 @@ def _paged_unverified_reason(server_args, *, adaptive: bool):
 
 
 def _check_page_size(server_args, *, adaptive: bool) -> None:
-    """``--page-size`` > 1: taken in the GPU-verified configuration, or anywhere with ``PAGED_ENV``=1."""
+    """``--page-size`` > 1 on a dense target: taken in the GPU-verified configuration, or anywhere with
+    ``PAGED_ENV``=1 (hybrid targets: ``hybrid_args``)."""
     from sglang.srt.arg_groups.overrides import resolved_view
 
     page_size = resolved_view(server_args).page_size
     if page_size is None or page_size <= 1 or paged_kv_enabled():
         return
-    hf_config = _target_hf_config(server_args)
-    if hf_config is not None and is_hybrid_linear_attention(hf_config):
-        return  # hybrid targets refuse every page size > 1 (``hybrid_args``), with their own message
     why = _paged_unverified_reason(server_args, adaptive=adaptive)
     if why is not None:
         raise DDTreeArgumentError(
