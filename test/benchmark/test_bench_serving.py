@@ -307,8 +307,10 @@ def test_latency_percentiles_on_known_delays(fakes, tmp_path, capsys):
     rep = json.loads(out.read_text())
     for c in ("1", "3"):
         m = rep["results"]["one"][c]
-        assert 55 - 1 <= m["ttft_ms"]["p50"] <= 55 + 12, m["ttft_ms"]
-        assert 99.1 - 1 <= m["ttft_ms"]["p99"] <= 99.1 + 12, m["ttft_ms"]
+        # a loaded host only ever adds latency: tight below, loose above (CI, 2 busy cores: p99 114 ms once)
+        assert 55 - 1 <= m["ttft_ms"]["p50"] <= 55 + 20, m["ttft_ms"]
+        assert 99.1 - 1 <= m["ttft_ms"]["p99"] <= 99.1 + 40, m["ttft_ms"]
+        assert m["ttft_ms"]["p50"] < m["ttft_ms"]["p99"] - 20, m["ttft_ms"]  # the spread of 10..100 ms is seen
         assert 6 - 0.3 <= m["tpot_ms"]["p50"] <= 6 + 3 and 6 - 0.3 <= m["tpot_ms"]["p99"] <= 6 + 5, m["tpot_ms"]
         assert m["metrics"] is None and m["output_tokens"] == 60
     # closed loop at c=3: 10 requests of ~55 + 30 ms mean in about ceil(10/3) waves, well under serial time
