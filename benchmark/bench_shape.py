@@ -236,7 +236,8 @@ class _FakeEngine:
     """TEST ONLY (``BENCH_SHAPE_FAKE_ENGINE=1``): sleeps a fixed set-up plus ``fake_round_ms`` per round
     (accept length 2 for speculative configs) and writes a tiny trace, so the CPU test runs the orchestration.
     A ``ddtree:auto`` fake refuses to start without ``ACCEPT_TABLE_ENV`` and a Prometheus multiprocess dir, and
-    exports its rounds' budgets (``fake_auto_budgets``) through the worker's own counter code."""
+    exports its rounds' budgets (``fake_auto_budgets``) through the worker's own counter code. The config named
+    by ``BENCH_SHAPE_FAKE_STALL_PROFILE`` hangs in its profile (the test of a run killed while profiling)."""
 
     def __init__(self, spec):
         self.spec, (self.kind, self.budget) = spec, config_key(spec)
@@ -262,6 +263,8 @@ class _FakeEngine:
 
     def start_profile(self, output_dir, **_):
         self.profile_dir = output_dir
+        if os.environ.get("BENCH_SHAPE_FAKE_STALL_PROFILE") == self.spec:  # a run killed while profiling this one
+            time.sleep(600)
 
     def stop_profile(self):
         name = "/x/python/sglang_ddtree/worker/worker.py(9): _decode_round"
@@ -541,7 +544,7 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
     ``on_repetition(results, best, engines, repetitions done)`` gets the summary so far after each repetition
     (a killed run keeps them)."""
     configs, engine = args.configs, engine_settings(args)
-    t0, children, runs, profile_dirs = time.time(), {}, {s: {c: [] for c in args.concurrency} for s in configs}, {}
+    t0, children, runs, profiles = time.time(), {}, {s: {c: [] for c in args.concurrency} for s in configs}, {}
     engines = {}  # config: its environment, start + warm-up seconds, what its process saw
     try:
         for i, spec in enumerate(configs):  # one after another: each engine sizes itself from the free memory
@@ -577,20 +580,35 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             for c in args.profile_concurrency:
                 d = os.path.join(os.path.abspath(args.profile_dir), shape, spec.replace(":", "_").replace("+", "_"),
                                  f"c{c}")
-                profile_dirs[spec, c] = children[spec].ask({"op": "profile", "c": c, "dir": d})["dir"]
+                d = children[spec].ask({"op": "profile", "c": c, "dir": d})["dir"]
+                # analysed at once and handed on with the summary, so a run killed before the last profile keeps
+                # the breakdowns it took (session 16's close call ran out of time while profiling)
+                profiles[spec, c] = _analyze_profile(d)
+                if on_repetition is not None:
+                    results, best = summarize(runs, args.table, args.baselines)
+                    on_repetition(_with_profiles(results, profiles), best, engines, args.repeats)
     finally:
         for child in children.values():
             child.close()
     results, best = summarize(runs, args.table, args.baselines)
-    for (spec, c), d in profile_dirs.items():
+    _with_profiles(results, profiles)
+    for spec, c in profiles:
         m = results[spec][str(c)]
-        m["profile"] = _analyze_profile(d)
-        m.update(outside_graphs(m["round_ms_median"], m["profile"]))
         if m.get("outside_graphs_ms") is not None:
             print(f"[bench_shape] {shape} c {c:>3} {spec:>22}: {m['outside_graphs_ms']:.2f} ms of the round outside "
                   f"its CUDA graphs ({100 * m['outside_graphs_fraction']:.0f} %)", flush=True)
     print(f"[bench_shape] {shape} done ({time.time() - t0:.0f} s)", flush=True)
     return results, best, engines
+
+
+def _with_profiles(results: dict, profiles: dict) -> dict:
+    """``results`` with each analysed profile ({(config, c): analysis}) and the time outside the graphs it gives
+    written into that config's entry at that concurrency (in place; returned for chaining)."""
+    for (spec, c), profile in profiles.items():
+        m = results[spec][str(c)]
+        m["profile"] = profile
+        m.update(outside_graphs(m["round_ms_median"], profile))
+    return results
 
 
 def _budgets_note(m: dict) -> str:

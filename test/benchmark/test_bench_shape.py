@@ -10,8 +10,10 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -474,3 +476,39 @@ def test_small_auto_buckets_get_the_dflash_chain_assumption():
     assert with_small_budgets(t, (1, 3)) is t  # nothing below the (extended) table: unchanged
     with pytest.raises(ValueError):
         chain_rate(20.0, 15)
+
+
+def test_killed_while_profiling_keeps_the_profiles_taken(tmp_path):
+    """Each profile is analysed as soon as it is taken and the JSON rewritten, so a run stopped by its time limit
+    during a later profile (session 16's close call on the H200) still reports the breakdowns it has."""
+    out = tmp_path / "shape.json"
+    env = dict(os.environ, BENCH_SHAPE_FAKE_ENGINE="1", BENCH_SHAPE_FAKE_STALL_PROFILE="dflash+fa3")
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--out", str(out), "--shapes", "qwen3-4b",
+                             "--configs", "plain,dflash+fa3", "--concurrency", "1,4", "--repeats", "1",
+                             "--new-tokens", "32", "--base-tokens", "8", "--model-dir", str(tmp_path / "models"),
+                             "--profile-dir", str(tmp_path / "prof"), "--profile-concurrency", "1,4"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline, res = time.time() + 120, {}
+        while time.time() < deadline:  # plain's two profiles come first, then dflash+fa3's hangs
+            try:
+                res = json.loads(out.read_text())["results"].get("qwen3-4b", {})
+            except (OSError, ValueError):
+                res = {}
+            if all("profile" in res.get("plain", {}).get(c, {}) for c in ("1", "4")):
+                break
+            assert proc.poll() is None, "the run ended before its stalled profile"
+            time.sleep(0.1)
+        else:
+            raise AssertionError("plain's profiles never reached the JSON")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # as a time limit does: the engines' processes too
+        proc.wait()
+    rep = json.loads(out.read_text())
+    res = rep["results"]["qwen3-4b"]
+    assert rep["partial"] == {"shape": "qwen3-4b", "repetitions_done": 1}
+    for c in ("1", "4"):
+        m = res["plain"][c]
+        assert m["profile"]["rounds"] == 5 and m["outside_graphs_ms"] == pytest.approx(m["round_ms_median"] - 0.05,
+                                                                                       abs=1e-3)
+        assert "profile" not in res["dflash+fa3"][c] and res["dflash+fa3"][c]["round_ms_median"] > 0
