@@ -30,7 +30,7 @@ CPU_VERIFIED = "CPU-verified, not yet run on a GPU"
 # Every supported release (README "Support matrix" has the suite results behind each status).
 SUPPORT_MATRIX = {
     "0.5.16": Release("2.11.0", "0.4.5", "0.6.14", GPU_VERIFIED),
-    "0.5.17": Release("2.11.0", "0.4.5", "0.6.15.post1", CPU_VERIFIED),
+    "0.5.17": Release("2.11.0", "0.4.5", "0.6.15.post1", GPU_VERIFIED),
     "0.5.18": Release("2.13.0", "0.4.6.post1", "0.6.17", CPU_VERIFIED),
     "0.5.19": Release("2.13.0", "0.4.6.post1", "0.6.18", CPU_VERIFIED),
     "0.5.20": Release("2.13.0", "0.4.7", "0.6.18", CPU_VERIFIED),
