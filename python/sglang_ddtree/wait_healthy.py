@@ -96,19 +96,41 @@ CAUSES: Tuple[Cause, ...] = (
     Cause("port busy", re.compile(r"address already in use|Port is already in use", re.I),
           lambda m, port: "another process holds the server's port (an old server?): stop it "
                           f"(ss -ltnp | grep :{port or 'PORT'}) or start the server with another --port"),
+    Cause("unknown model architecture",
+          re.compile(r"'([\w.]+)' is not a registered model|Model architectures (\[[^\]]*\]) are not supported"),
+          lambda m, port: f"this SGLang has no model class for {m.group(1) or m.group(2)} (the architectures of the "
+                          "config.json of --model-path or --speculative-draft-model-path): check that path (a DFlash "
+                          "drafter's config names DFlashDraftModel); a newer model may need a newer SGLang: " + DOCTOR),
 )
+# Lines that look like a cause and are not one: SGLang's model registry logs every model module it cannot import
+# (an optional dependency of a model nobody asked for, e.g. "... sglang.srt.models.inkling: No module named
+# 'helion'") and carries on; seen on the H200 as the only "cause" of a server that died of something else.
+BENIGN = re.compile(r"Ignore import error when loading ")
+# A Python exception's last line ("ValueError: ...", "torch.OutOfMemoryError: ..."): the error a server died of.
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt): \S")
+SERVER_ERROR = "server error"
 
 
 def diagnose(lines: Sequence[str], port: Optional[int] = None) -> List[Diagnosis]:
-    """The causes ``lines`` show, in table order; the first matching line of each kind."""
-    found = {}
+    """The causes ``lines`` show, in table order, the first matching line of each kind (``BENIGN`` lines
+    skipped); then, when the log's last exception line matched none of them, that line as ``SERVER_ERROR``."""
+    found, last_exception = {}, None
     for line in lines:
+        if BENIGN.search(line):
+            continue
+        if _EXCEPTION_LINE.match(line.strip()):
+            last_exception = line.strip()
         for cause in CAUSES:
             if cause.kind not in found:
                 m = cause.pattern.search(line)
                 if m:
                     found[cause.kind] = Diagnosis(cause.kind, line.strip()[:300], cause.fix(m, port))
-    return [found[c.kind] for c in CAUSES if c.kind in found]
+    out = [found[c.kind] for c in CAUSES if c.kind in found]
+    if last_exception is not None and not any(c.pattern.search(last_exception) for c in CAUSES):
+        out.append(Diagnosis(SERVER_ERROR, last_exception[:300],
+                             "the server stopped with this error (its traceback is in the log above): fix what it "
+                             "names; if it names nothing of your set-up, report it with the log (" + DOCTOR + ")"))
+    return out
 
 
 def read_log_end(path: str, max_bytes: int = LOG_SCAN_BYTES) -> List[str]:

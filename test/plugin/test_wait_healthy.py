@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from sglang_ddtree.wait_healthy import CAUSES, diagnose, read_log_end
+from sglang_ddtree.wait_healthy import CAUSES, SERVER_ERROR, diagnose, read_log_end
 
 FAKE_SERVER = r'''
 import http.server, json, os, sys, threading, time
@@ -234,6 +234,10 @@ CAUSE_CASES = [
     ("launch_server.py: error: unrecognized arguments: --foo", "argument error", "--help lists the flags"),
     ("ERROR: [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
      "port busy", "ss -ltnp | grep :30000"),
+    ("ValueError: Cannot find model module. 'NoSuchDraftModel' is not a registered model in the Transformers library",
+     "unknown model architecture", "no model class for NoSuchDraftModel"),
+    ("ValueError: Model architectures ['Qwen9ForCausalLM'] are not supported for now. Supported architectures: [...]",
+     "unknown model architecture", "no model class for ['Qwen9ForCausalLM']"),
 ]
 
 
@@ -265,8 +269,31 @@ def test_a_normal_startup_log_shows_no_cause():
         "Capture cuda graph end. Time elapsed: 12.34 s. mem usage=1.20 GB. avail mem=19.31 GB.",
         "INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
         "The server is fired up and ready to roll!",
+        # SGLang's model registry skips model modules with a missing optional dependency and carries on
+        "[2026-12-03 04:17:37] Ignore import error when loading sglang.srt.models.inkling: No module named 'helion'",
     ]
     assert diagnose(normal) == []
+
+
+def test_real_h200_log_of_a_dead_server_names_its_cause_not_a_skipped_model_module():
+    """The log of a real server (SGLang 0.5.16 on the H200, session 16, `rollout.sh fail`) that died of an unknown
+    drafter architecture: before the fix the only cause shown was the registry's harmless 'No module named helion'."""
+    lines = read_log_end(os.path.join(os.path.dirname(__file__), "data", "server_died_unknown_drafter_arch_h200.log"))
+    found = diagnose(lines, port=30002)
+    assert [d.kind for d in found] == ["unknown model architecture"]
+    assert "'NoSuchDraftModel' is not a registered model" in found[0].line and "helion" not in found[0].fix
+
+
+def test_an_unrecognised_last_exception_is_reported_as_the_server_error():
+    lines = ["[2026-12-01] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "/x/sglang/srt/managers/scheduler.py", line 1, in run', "    raise ValueError(",
+             "KeyError: 'first, handled'", "sglang.srt.utils.SomethingWrongError: the tokenizer has no pad id"]
+    assert [(d.kind, d.line) for d in diagnose(lines)] == [
+        (SERVER_ERROR, "sglang.srt.utils.SomethingWrongError: the tokenizer has no pad id")]
+    assert "report it with the log" in diagnose(lines)[0].fix
+    # a recognised last exception is reported once, as its cause
+    oom = lines[:3] + ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    assert [d.kind for d in diagnose(oom)] == ["CUDA out of memory"]
 
 
 def test_read_log_end_drops_the_cut_line_and_colour_codes(tmp_path):
