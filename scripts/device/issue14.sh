@@ -9,7 +9,10 @@
 #                                               # DFLASH on fa3; `pair`: the tiny pair at bs 1, paired (AR, DFLASH on
 #                                               # fa3, DDTREE's budgets); no argument: both (one call only with the JIT
 #                                               # cache staged: cold, session 13's engines took 163 s to start and the
-#                                               # call ended with neither done; give each its own call)
+#                                               # call ended with neither done; give each its own call). Device call:
+#                                               # timeout_s 600 (bench_shape stops at 470 s, then the analyses, logs
+#                                               # and, on a cold machine, the JIT cache are packed: session 16's call
+#                                               # at 560 s lost the cache); each profile is saved as it is taken
 #     bash scripts/device/issue14.sh verify     # the rest of a round change's checks (fa3 staged): T > 0 on fa3 and
 #                                               # triton, everyday features on fa3, the trained pair on fa3 and triton
 #                                               # (near-ties only), sharp parity without overlap / graphs against a
@@ -66,7 +69,7 @@ case "${1:-}" in
       --max-new-tokens 64 --deadline-s "${PAIRED_DEADLINE_S:-$([ "$part" = pair ] && echo 380 || echo 150)}" \
       --out "$OUT/paired_bs1.json" 2>&1 | tail -n 30
     [ "$part" = shape ] || (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files
-    [ "$part" = pair ] || timeout -k 10 "${SHAPE_TIMEOUT_S:-$([ "$part" = shape ] && echo 520 || echo 330)}" \
+    [ "$part" = pair ] || timeout -k 10 "${SHAPE_TIMEOUT_S:-$([ "$part" = shape ] && echo 470 || echo 330)}" \
       python3 benchmark/bench_shape.py --shapes qwen3-8b \
       --configs dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+triton,ddtree:15:8+flashinfer --baselines dflash+fa3 \
       --concurrency 1,32 --repeats 1 --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
@@ -74,6 +77,9 @@ case "${1:-}" in
       2>&1 | tail -n 30
     [ "$part" = pair ] || (cd "$OUT" && find prof -name '*.analysis.json' | tar -czf analyses.tar.gz -T - \
       && tar -czf logs.tar.gz logs && rm -rf prof logs)
+    # a cold machine compiled its kernels for these engines (session 16: 250 s of the 453 s they took to start):
+    # bring the JIT cache back for the next call (stage.sh .jit/jitcache.tar.xz), unless it was staged already
+    [ -f /tmp/jitcache/.restored ] || [ ! -f .device/save_jitcache.sh ] || bash .device/save_jitcache.sh
     ls -la "$OUT"
     ;;
   quick)
