@@ -107,7 +107,7 @@ CAUSES: Tuple[Cause, ...] = (
 # 'helion'") and carries on; seen on the H200 as the only "cause" of a server that died of something else.
 BENIGN = re.compile(r"Ignore import error when loading ")
 # A Python exception's last line ("ValueError: ...", "torch.OutOfMemoryError: ..."): the error a server died of.
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt): \S")
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt): \S")
 SERVER_ERROR = "server error"
 
 
