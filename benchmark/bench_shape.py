@@ -237,10 +237,12 @@ class _FakeEngine:
     (accept length 2 for speculative configs) and writes a tiny trace, so the CPU test runs the orchestration.
     A ``ddtree:auto`` fake refuses to start without ``ACCEPT_TABLE_ENV`` and a Prometheus multiprocess dir, and
     exports its rounds' budgets (``fake_auto_budgets``) through the worker's own counter code. The config named
-    by ``BENCH_SHAPE_FAKE_STALL_PROFILE`` hangs in its profile (the test of a run killed while profiling)."""
+    by ``BENCH_SHAPE_FAKE_STALL_PROFILE`` hangs in its profile (the test of a run killed while profiling); with
+    ``BENCH_SHAPE_FAKE_STALL_MEASURE=CONFIG@C`` that config hangs in its timed generates of more than the warm-up's
+    tokens at concurrency C (a run killed inside a repetition)."""
 
-    def __init__(self, spec):
-        self.spec, (self.kind, self.budget) = spec, config_key(spec)
+    def __init__(self, spec, warmup_tokens: int):
+        self.spec, (self.kind, self.budget), self.warmup_tokens = spec, config_key(spec), warmup_tokens
         if self.budget == "auto":  # as the real worker: widths.accept_model reads it at start
             table = os.environ.get(ACCEPT_TABLE_ENV)
             if not table or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -249,6 +251,8 @@ class _FakeEngine:
 
     def generate(self, input_ids, sampling_params):
         m, c = sampling_params["max_new_tokens"], len(input_ids)
+        if os.environ.get("BENCH_SHAPE_FAKE_STALL_MEASURE") == f"{self.spec}@{c}" and m > self.warmup_tokens:
+            time.sleep(600)
         rounds = m - 1 if self.kind == "plain" else math.ceil((m - 1) / 2)
         time.sleep(0.02 + 0.002 * c + rounds * fake_round_ms(self.spec, c) / 1000)
         meta = {"completion_tokens": m}
@@ -314,7 +318,7 @@ def serve() -> int:
     if counted and prom_dir is None:
         raise RuntimeError(f"{spec}: ddtree:auto needs enable_metrics (its verified budgets are counted there)")
     if os.environ.get("BENCH_SHAPE_FAKE_ENGINE") == "1":
-        engine = _FakeEngine(spec)
+        engine = _FakeEngine(spec, setup["base_tokens"])
     else:
         import sglang
 
@@ -541,7 +545,7 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
               on_repetition=None) -> tuple[dict, dict, dict]:
     """All engines of one shape alive together; returns (results[config][c], best projected config per c,
     engines[config]: its environment, start + warm-up seconds and what its process saw).
-    ``on_repetition(results, best, engines, repetitions done)`` gets the summary so far after each repetition
+    ``on_repetition(results, best, engines, repetitions done)`` gets the summary so far after each measurement
     (a killed run keeps them)."""
     configs, engine = args.configs, engine_settings(args)
     t0, children, runs, profiles = time.time(), {}, {s: {c: [] for c in args.concurrency} for s in configs}, {}
@@ -567,15 +571,18 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
                              "prometheus_dir": ready.get("prometheus_dir")}
             print(f"[bench_shape] {shape} {spec} ready ({time.time() - t0:.0f} s)", flush=True)
         for rep in range(args.repeats):
-            for c in args.concurrency:
-                for spec in configs[rep % len(configs):] + configs[: rep % len(configs)]:
-                    m = _round_ms(spec, c, children[spec].ask({"op": "measure", "c": c, "rep": rep}), args)
-                    runs[spec][c].append(m)
-                    print(f"[bench_shape] {shape} rep {rep + 1}/{args.repeats} c {c:>3} {spec:>22}: "
-                          f"{m['round_ms']:8.3f} ms/round (rounds {m['rounds'][0]} -> {m['rounds'][1]}, "
-                          f"accept {m['accept_length']:.2f}{_budgets_note(m)})", flush=True)
-            if on_repetition is not None:
-                on_repetition(*summarize(runs, args.table, args.baselines), engines, rep + 1)
+            order = [(c, spec) for c in args.concurrency
+                     for spec in configs[rep % len(configs):] + configs[: rep % len(configs)]]
+            for k, (c, spec) in enumerate(order):
+                m = _round_ms(spec, c, children[spec].ask({"op": "measure", "c": c, "rep": rep}), args)
+                runs[spec][c].append(m)
+                print(f"[bench_shape] {shape} rep {rep + 1}/{args.repeats} c {c:>3} {spec:>22}: "
+                      f"{m['round_ms']:8.3f} ms/round (rounds {m['rounds'][0]} -> {m['rounds'][1]}, "
+                      f"accept {m['accept_length']:.2f}{_budgets_note(m)})", flush=True)
+                # after every measurement, not every repetition: session 17's cold engines left one repetition
+                # too little time to finish, and the killed run kept none of its measurements
+                if on_repetition is not None:
+                    on_repetition(*summarize(runs, args.table, args.baselines), engines, rep + (k + 1 == len(order)))
         for spec in configs if args.profile_dir else ():
             for c in args.profile_concurrency:
                 d = os.path.join(os.path.abspath(args.profile_dir), shape, spec.replace(":", "_").replace("+", "_"),

@@ -512,3 +512,39 @@ def test_killed_while_profiling_keeps_the_profiles_taken(tmp_path):
         assert m["profile"]["rounds"] == 5 and m["outside_graphs_ms"] == pytest.approx(m["round_ms_median"] - 0.05,
                                                                                        abs=1e-3)
         assert "profile" not in res["dflash+fa3"][c] and res["dflash+fa3"][c]["round_ms_median"] > 0
+
+
+def test_killed_inside_a_repetition_keeps_its_measurements(tmp_path):
+    """The JSON is rewritten after every measurement: session 17's cold engines left the first repetition too
+    little time to finish, and a run saved per repetition kept nothing of what it had measured."""
+    out = tmp_path / "shape.json"
+    env = dict(os.environ, BENCH_SHAPE_FAKE_ENGINE="1", BENCH_SHAPE_FAKE_STALL_MEASURE="dflash+fa3@4")
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--out", str(out), "--shapes", "qwen3-4b",
+                             "--configs", "plain,dflash+fa3", "--concurrency", "1,4", "--repeats", "2",
+                             "--new-tokens", "32", "--base-tokens", "8", "--model-dir", str(tmp_path / "models")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline, res = time.time() + 120, {}
+        while time.time() < deadline:  # c 1 of both configs and c 4 of plain come first, then dflash+fa3 hangs
+            try:
+                res = json.loads(out.read_text())["results"].get("qwen3-4b", {})
+            except (OSError, ValueError):
+                res = {}
+            if res.get("plain", {}).get("4", {}).get("round_ms_median"):
+                break
+            assert proc.poll() is None, "the run ended before its stalled measurement"
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the first repetition's measurements never reached the JSON")
+        time.sleep(0.5)
+        assert proc.poll() is None, "the stalled measurement did not stall"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    rep = json.loads(out.read_text())
+    res = rep["results"]["qwen3-4b"]
+    assert rep["partial"] == {"shape": "qwen3-4b", "repetitions_done": 0}
+    assert len(res["plain"]["1"]["round_ms"]) == len(res["dflash+fa3"]["1"]["round_ms"]) == 1
+    assert len(res["plain"]["4"]["round_ms"]) == 1 and res["dflash+fa3"]["4"]["round_ms"] == []
+    assert res["dflash+fa3"]["4"]["round_ms_median"] is None
+    assert res["dflash+fa3"]["1"]["round_ms_ratio_vs_plain"]["per_repetition"]
