@@ -14,7 +14,8 @@ Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>`` (budget an int
 ``+nograph`` / ``+nooverlap``, an attention backend (``+fa3`` ...), ``+gcfreeze`` (freeze the engine's garbage
 collector after warm-up), ``+gclog`` (log every collection of the scheduler with its duration, INFO level:
 ``benchmark/gc_log_summary.py`` totals them), ``+kvgraph`` / ``+kveager`` (DDTREE's draft-KV append from CUDA
-graphs / as upstream's eager call, the default).
+graphs / as upstream's eager call, the default), ``+fiplan`` (flashinfer: DDTREE's host-sync-free plan of its graph
+replays, ``SGLANG_DDTREE_FLASHINFER_PLAN=1``).
 ``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
 them with ``benchmark/analyze_trace.py``).
 """
@@ -125,6 +126,7 @@ ENV_MODIFIERS = {
     "gclog": {"SGLANG_LOG_GC": "1"},  # with _MODIFIERS["gclog"]
     "kveager": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"},  # DDTREE: upstream's eager draft-KV append
     "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (the default)
+    "fiplan": {"SGLANG_DDTREE_FLASHINFER_PLAN": "1"},  # flashinfer: DDTREE's host-sync-free plan (flashinfer_plan)
 }
 
 

@@ -319,6 +319,13 @@ def _check_release_features() -> None:
         raise DDTreeArgumentError(
             f"{fa3_tree.ENV}=1 is not supported with --speculative-algorithm DDTREE on sglang {adapter().version}: "
             f"{why}; unset it (fa3 then verifies trees with upstream's cascade).")
+    from sglang_ddtree.worker import flashinfer_plan
+
+    if flashinfer_plan.enabled() and not flashinfer_plan.flashinfer_tested():
+        raise DDTreeArgumentError(
+            f"{flashinfer_plan.ENV}=1 needs flashinfer-python {' or '.join(flashinfer_plan.TESTED_FLASHINFER)} "
+            f"(installed: {flashinfer_plan.installed_flashinfer() or 'none'}); unset it (flashinfer then plans "
+            f"with upstream's plan()).")
 
 
 # Config keys that only hybrid linear-attention (Mamba / GDN) models carry.

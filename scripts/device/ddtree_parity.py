@@ -35,7 +35,10 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKEND  # noqa: E402
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
+from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E402
+
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
+FI_PLAN = {FI_PLAN_ENV: "1"}
 PAGED = {PAGED_ENV: "1"}
 
 
@@ -76,6 +79,11 @@ CONFIGS = {
     "dd_flashinfer_b15": ddtree(15, 4, backend="flashinfer"),
     "dd_flashinfer_b64_nograph": ddtree(64, 8, backend="flashinfer", disable_cuda_graph=True),
     "dd_flashinfer_b1": ddtree(1, 1, backend="flashinfer"),
+    # DDTREE's host-sync-free plan of flashinfer's graph replays (worker.flashinfer_plan)
+    "dd_flashinfer_b15_fiplan": ddtree(15, 4, backend="flashinfer", _env=FI_PLAN),
+    "dd_flashinfer_b64_fiplan": ddtree(64, 8, backend="flashinfer", _env=FI_PLAN),
+    "dd_flashinfer_b15_nooverlap_fiplan": ddtree(15, 4, backend="flashinfer", disable_overlap_schedule=True,
+                                                 _env=FI_PLAN),
     # fa3 (SGLang's Hopper default): its topk > 1 verify is cascade attention over the FULL_MASK rows
     "plain_fa3": dict(attention_backend="fa3"),
     "dd_fa3_b1": ddtree(1, 1, backend="fa3"),

@@ -20,6 +20,8 @@
 #     bash scripts/device/issue14.sh kvgraph    # the draft-KV graphs (SGLANG_DDTREE_DRAFT_KV_GRAPH=1, fa3 staged): unit, features
 #                                               # on fa3 and triton, T > 0 on fa3, sharp parity on triton and fa3;
 #                                               # and features on fa3 as configured by default
+#     bash scripts/device/issue14.sh fiplan [shape]  # DDTREE's host-sync-free flashinfer plan: its GPU checks and
+#                                               # parity (one call), then the 8B-shape breakdown with it (fa3 staged)
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
@@ -85,6 +87,31 @@ case "${1:-}" in
     fi
     ls -la "$OUT"
     ;;
+  fiplan)
+    # DDTREE's host-sync-free flashinfer plan (worker.flashinfer_plan, SGLANG_DDTREE_FLASHINFER_PLAN=1):
+    # `fiplan` its checks: the plan against upstream's plan() on FlashInfer (eager and in a CUDA graph, the mask
+    # packing natively) and sharp greedy parity with it on (b15 / b64 / no overlap) against plain flashinfer;
+    # `fiplan shape`: the 8B-shape breakdown with it, paired with AR and DFLASH on fa3 (fa3 and the JIT cache
+    # staged; c 1 / 32, 2 repetitions, profiles)
+    if [ "${2:-}" = shape ]; then
+      OUT=${OUT:-/tmp/fiplan_out}
+      mkdir -p "$OUT/prof"
+      # shellcheck disable=SC1091
+      source scripts/device/plugin_env.sh
+      timeout -k 10 "${SHAPE_TIMEOUT_S:-470}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+        --configs plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+flashinfer,ddtree:15:8+flashinfer+fiplan \
+        --baselines dflash+fa3,plain+fa3 --concurrency 1,32 --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 \
+        --base-tokens 16 --max-total-tokens 24000 --profile-dir "$OUT/prof" --profile-concurrency 1,32 \
+        --log-dir "$OUT/logs" --out "$OUT/shape_fiplan.json" 2>&1 | tail -n 40
+      (cd "$OUT" && find prof -name '*.analysis.json' | tar -czf analyses.tar.gz -T - && tar -czf logs.tar.gz logs \
+        && rm -rf prof logs)
+      ls -la "$OUT"
+      exit 0
+    fi
+    exec bash $PAR \
+      "unit=$PYT test/worker/test_flashinfer_plan_gpu.py test/worker/test_flashinfer_plan_interp.py" \
+      "parity=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420"
+    ;;
   quick)
     OUT=${OUT:-/tmp/quick_out}
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-300} OUT=$OUT/checks bash $PAR \
@@ -129,7 +156,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [shape]|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac

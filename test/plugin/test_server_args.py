@@ -503,3 +503,21 @@ def test_budget_auto_refuses_releases_whose_backends_read_get_spec(engine_args, 
                                          r"installed family 0.5.17; use a fixed budget"):
         engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                     speculative_ddtree_budget="auto")
+
+
+def test_flashinfer_plan_switch_needs_the_flashinfer_it_was_written_against(engine_args, tiny_configs, monkeypatch):
+    from sglang_ddtree.worker import flashinfer_plan
+
+    monkeypatch.setenv(flashinfer_plan.ENV, "1")
+    monkeypatch.setattr(flashinfer_plan, "installed_flashinfer", lambda: "0.6.18")
+    with pytest.raises(ValueError, match=rf"{flashinfer_plan.ENV}=1 needs flashinfer-python 0\.6\.14 \(installed: "
+                                         r"0\.6\.18\); unset it \(flashinfer then plans with upstream's plan\(\)\)\."):
+        engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    monkeypatch.setattr(flashinfer_plan, "installed_flashinfer", lambda: None)
+    with pytest.raises(ValueError, match=r"\(installed: none\)"):
+        engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    monkeypatch.setattr(flashinfer_plan, "installed_flashinfer", lambda: "0.6.14")
+    engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    monkeypatch.setenv(flashinfer_plan.ENV, "0")
+    monkeypatch.setattr(flashinfer_plan, "installed_flashinfer", lambda: "0.6.18")
+    engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])

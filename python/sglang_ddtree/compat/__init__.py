@@ -77,6 +77,8 @@ _SAMPLING_INFO = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo"
 _SAMPLING_PARAMS = "sglang.srt.sampling.sampling_params.SamplingParams"
 _SPEC_ALGO = "sglang.srt.speculative.spec_info.SpeculativeAlgorithm"
 _FORWARD_INFO = "sglang.srt.model_executor.forward_batch_info"
+_FI_PREFILL = "sglang.srt.layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill"
+_FI_BACKEND = "sglang.srt.layers.attention.flashinfer_backend.FlashInferAttnBackend"
 _GROUP = "sglang.srt.distributed.parallel_state.GroupCoordinator"
 _VOCAB = "sglang.srt.layers.vocab_parallel_embedding"
 _FA3 = "sglang.srt.layers.attention.flashattention_backend.FlashAttentionBackend"
@@ -390,6 +392,25 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          model_runner="hooks: which runner", captured_req_width="hooks: tokens per request",
          buffers="hooks: the mask buffer"),
     *_on("sglang.srt.model_executor.runner_utils.buffers.DecodeInputBuffers", FIELD, custom_mask="tree mask buffer"),
+    # ---- DDTREE's host-sync-free flashinfer plan (worker.flashinfer_plan; SGLANG_DDTREE_FLASHINFER_PLAN=1, validation
+    # refuses it with another flashinfer than 0.6.14, i.e. on every release but 0.5.16) ---------------------------
+    Symbol(_FI_PREFILL, "flashinfer_plan: the class whose call_begin_forward is hooked"),
+    Symbol(f"{_FI_PREFILL}.call_begin_forward", "flashinfer_plan hook (worker.hooks.FLASHINFER_HOOK_TARGETS)", MEMBER,
+           "<0.5.17"),
+    _params(f"{_FI_PREFILL}.call_begin_forward",
+            "self, wrapper_ragged, wrapper_paged, req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, "
+            "seq_lens, prefix_lens, kv_start_idx, kv_indptr, qo_indptr, use_ragged, spec_info, seq_lens_cpu",
+            "flashinfer_plan hook: the positional order it passes on, and the host lengths", "<0.5.17"),
+    *_on(_FI_PREFILL, INSTANCE, "<0.5.17",
+         attn_backend="flashinfer_plan: the backend's dispatch and page size", req_to_token="flashinfer_plan: KV indices",
+         kv_last_page_len="flashinfer_plan: last-page lengths (page 1)", num_qo_heads="flashinfer_plan: the schedule",
+         num_kv_heads="flashinfer_plan: the schedule", head_dim="flashinfer_plan: the schedule"),
+    *_on(_FI_BACKEND, INSTANCE, "<0.5.17", dispatch_reason="flashinfer_plan: single-wrapper backends only",
+         page_size="flashinfer_plan: page_size 1 only"),
+    _params(f"{_VERIFY_INPUT}.generate_attn_arg_prefill",
+            "req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, req_to_token",
+            "flashinfer_plan: the replay's device indptrs, KV indices and tree mask, as upstream's plan gets them",
+            "<0.5.17"),
     # ---- fa3's tree verify through the fused tree-attention kernel (worker.fa3_tree) ---------------------
     Symbol(_FA3, "fa3_tree: is this backend fa3 (hook targets: worker.hooks.FA3_HOOK_TARGETS)"),
     Symbol(f"{_FA3}.forward_extend", "fa3_tree hook: the tree verify's attention"),

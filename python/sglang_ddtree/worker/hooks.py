@@ -19,6 +19,9 @@
   installed (elsewhere the fa3 backend is never imported for them). In a process that serves no DDTREE verify they
   pass straight through to upstream (one type check per call: ``fa3_tree.backend_serves_ddtree``, the verify input's
   type); ``SGLANG_DDTREE_FA3_TREE_ATTENTION=0`` keeps them out entirely.
+- ``FlashInferIndicesUpdaterPrefill.call_begin_forward``: DDTREE's host-sync-free plan of its flashinfer graph
+  replays (``flashinfer_plan``); registered only when ``SGLANG_DDTREE_FLASHINFER_PLAN=1`` and flashinfer is
+  installed; every other call passes straight through.
 ``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
 """
 
@@ -136,6 +139,29 @@ def fa3_hook_targets() -> dict:
     return dict(FA3_HOOK_TARGETS) if fa3_tree.enabled() and fa3_library_installed() else {}
 
 
+_FI_PREFILL = "sglang.srt.layers.attention.flashinfer_backend.FlashInferIndicesUpdaterPrefill"
+
+
+def flashinfer_call_begin_forward(original, updater, *args, **kwargs):
+    from sglang_ddtree.worker import flashinfer_plan
+
+    return flashinfer_plan.call_begin_forward(original, updater, *args, **kwargs)
+
+
+# Registered on demand (flashinfer_hook_targets): DDTREE's host-sync-free plan of flashinfer graph replays.
+FLASHINFER_HOOK_TARGETS = {f"{_FI_PREFILL}.call_begin_forward": flashinfer_call_begin_forward}
+
+
+def flashinfer_hook_targets() -> dict:
+    """FLASHINFER_HOOK_TARGETS when ``SGLANG_DDTREE_FLASHINFER_PLAN=1`` and flashinfer is installed, else {}."""
+    import importlib.util
+
+    from sglang_ddtree.worker import flashinfer_plan
+
+    return (dict(FLASHINFER_HOOK_TARGETS)
+            if flashinfer_plan.enabled() and importlib.util.find_spec("flashinfer") is not None else {})
+
+
 def install_hooks() -> None:
     """Register the hooks above with SGLang's HookRegistry (idempotent, imports nothing heavy)."""
     global _installed
@@ -145,6 +171,6 @@ def install_hooks() -> None:
 
     from sglang_ddtree.compat import adapter
 
-    for target, hook in {**HOOK_TARGETS, **fa3_hook_targets()}.items():
+    for target, hook in {**HOOK_TARGETS, **fa3_hook_targets(), **flashinfer_hook_targets()}.items():
         HookRegistry.register(target, adapter().adapt_hook(target, hook), HookType.AROUND)
     _installed = True

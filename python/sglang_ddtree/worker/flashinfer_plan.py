@@ -1,0 +1,281 @@
+"""DDTREE's flashinfer plan without host syncs, for the CUDA-graph replays of its target verify and draft block.
+
+Why: at the Qwen3-8B shape on the H200 (session 17, budget 15, ``benchmark/results/session17/``) a DDTREE round
+on flashinfer spent 1.73 ms of its 8.16 ms outside the CUDA graphs at concurrency 1 (fa3 0.39 ms, triton
+0.59 ms). Before each graph replay upstream plans with FlashInfer's ``BatchPrefillWithPagedKVCacheWrapper.plan``,
+which copies qo_indptr, kv_indptr and last_page_len to the host (and ``segment_packbits`` reads the packed tree
+mask's length) before it schedules: per round 6 device-to-host copies and 8 stream syncs (``_draft`` and
+``_verify``), each leaving the GPU idle while the CPU plans (4.4 ms of GPU idle per profiled round, 0.4-0.6 ms
+on triton / fa3, which have no sync in the round).
+
+What this does instead, for those replays only (``call_begin_forward``, an AROUND hook of
+``FlashInferIndicesUpdaterPrefill.call_begin_forward``):
+- the schedule (FlashInfer's own ``_cached_module.plan``, as ``plan()`` calls it) is made from host numbers the
+  round already has: N query rows per request and an UPPER BOUND of each request's key count, the forward's
+  ``seq_lens_cpu`` (the worker's host lengths: committed lengths that may lag the device by one round's commit,
+  plus the forward's own rows; ``worker._HostLens``) plus N, which also covers the graph's pad rows (fill value
+  + N on the device);
+- the device buffers the captured kernels read (qo / kv indptr, kv indices, last-page lengths) are refreshed on
+  the stream, and the tree mask is packed on the device (``pack_tree_mask``: one launch, FlashInfer's
+  little-endian ``segment_packbits`` layout) at byte offsets computed there from the exact device lengths.
+Why an upper bound gives the same attention: the kernel takes each request's key count from the device index
+buffers and clamps every key chunk to it (``chunk_start = min(tile * chunk, kv_len)`` in FlashInfer's
+``BatchPrefillWithPagedKVCacheKernel``), so a schedule made for longer sequences covers the same keys, with
+some chunks empty. The GPU test ``test/worker/test_flashinfer_plan_gpu.py`` checks this against upstream's plan
+on the same inputs (attention outputs, lengths below the bound, pad rows) and end to end (greedy parity).
+
+Anything else (eager forwards, ragged or sliding-window or cross-attention wrappers, page_size > 1, a custom
+kv_start_idx, a mask bound past the wrapper's buffer, a FlashInfer this module was not written against) runs
+upstream's ``call_begin_forward`` unchanged. Upstream's plan must have run once on the wrapper (the capture
+does) so that ``_cached_module`` exists.
+
+FlashInfer internals read (FlashInfer 0.6.14, SGLang 0.5.16's pin; ``TESTED_FLASHINFER``): the wrapper's
+``is_cuda_graph_enabled``, ``_backend``, ``_cached_module.plan`` (its fa2 argument list), ``_float_workspace_buffer``,
+``_int_workspace_buffer``, ``_pin_memory_int_workspace_buffer``, ``_max_total_num_rows``, ``_qo_indptr_buf``,
+``_paged_kv_indptr_buf``, ``_paged_kv_last_page_len_buf``, ``_paged_kv_indices_buf``, ``_custom_mask_buf``,
+``_mask_indptr_buf``, and the fields ``plan()`` sets (``_plan_info``, ``_batch_size``, ``_num_qo_heads``,
+``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``, ``_max_kv_len``).
+
+Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default until
+its GPU test has passed on the H200; set with another FlashInfer than ``TESTED_FLASHINFER`` it is refused at
+argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
+this hook hands back to upstream).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional, Tuple
+
+import torch
+
+from sglang_ddtree.config import env_switch, is_validated_ddtree_args
+from sglang_ddtree.tree._common import cdiv, next_pow2, use_triton
+
+logger = logging.getLogger(__name__)
+
+ENV = "SGLANG_DDTREE_FLASHINFER_PLAN"
+TESTED_FLASHINFER = ("0.6.14",)
+_BYTES_PER_PROGRAM = 256
+_SERVES = "_ddtree_sync_free_plan"  # attribute of an updater: whether this process serves DDTREE (first call)
+_warned: set = set()
+
+
+def enabled() -> bool:
+    """The switch (module docstring); a value other than 0 / 1 is an error naming the variable. Validation
+    refuses it set with a FlashInfer this plan was not written against (``flashinfer_tested``)."""
+    return env_switch(ENV, on="DDTREE's host-sync-free flashinfer plan", off="upstream's plan()", default=False)
+
+
+def installed_flashinfer() -> Optional[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("flashinfer-python")
+    except PackageNotFoundError:
+        return None
+
+
+def flashinfer_tested() -> bool:
+    return installed_flashinfer() in TESTED_FLASHINFER
+
+
+# ---- host layout ----------------------------------------------------------------------------------------
+def host_layout(seq_lens_cpu: torch.Tensor, rows_per_req: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """Host schedule inputs of one replay: (qo_indptr [bs+1], kv_indptr [bs+1], kv_lens [bs] int32 CPU,
+    packed-mask bytes bound, largest per-request packed bytes bound), page_size 1.
+
+    ``seq_lens_cpu`` [bs]: the forward's host lengths (upper bounds of prefix + rows for real requests, the fill
+    value for the graph's pad rows); each key count is bounded by that + ``rows_per_req``."""
+    if seq_lens_cpu.dim() != 1 or seq_lens_cpu.device.type != "cpu":
+        raise ValueError(f"seq_lens_cpu must be a 1-D CPU tensor, got {tuple(seq_lens_cpu.shape)} on "
+                         f"{seq_lens_cpu.device}")
+    n = int(rows_per_req)
+    if n <= 0:
+        raise ValueError(f"rows_per_req must be > 0, got {rows_per_req}")
+    bs = seq_lens_cpu.numel()
+    kv_lens = (seq_lens_cpu.to(torch.int64) + n).clamp(min=1)
+    qo_indptr = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32)
+    kv_indptr = torch.zeros(bs + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.cumsum(kv_lens, 0).to(torch.int32)
+    packed = (kv_lens * n + 7) // 8
+    return qo_indptr, kv_indptr, kv_lens.to(torch.int32), int(packed.sum()), int(packed.max()) if bs else 0
+
+
+# ---- the tree mask, packed on the device ------------------------------------------------------------------
+def pack_tree_mask_torch(mask: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+                         out: torch.Tensor, out_indptr: torch.Tensor) -> None:
+    """Reference of :func:`pack_tree_mask` (same arguments, same bytes written)."""
+    bs = qo_indptr.numel() - 1
+    seg = ((qo_indptr[1:] - qo_indptr[:-1]).to(torch.int64) * (kv_indptr[1:] - kv_indptr[:-1]).to(torch.int64))
+    nbytes = (seg + 7) // 8
+    bit0 = torch.cumsum(seg, 0) - seg
+    byte0 = torch.cumsum(nbytes, 0) - nbytes
+    out_indptr[0] = 0
+    out_indptr[1:bs + 1] = torch.cumsum(nbytes, 0).to(out_indptr.dtype)
+    flat = mask.reshape(-1)
+    weights = (1 << torch.arange(8, device=mask.device)).to(torch.int32)
+    for b in range(bs):
+        s, length, o, nb = int(bit0[b]), int(seg[b]), int(byte0[b]), int(nbytes[b])
+        bits = torch.zeros(nb * 8, dtype=torch.int32, device=mask.device)
+        bits[:length] = (flat[s:s + length] != 0).to(torch.int32)
+        out[o:o + nb] = (bits.view(nb, 8) * weights).sum(1).to(torch.uint8)
+
+
+def _pack_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(mask_ptr, qo_ptr, kv_ptr, out_ptr, out_indptr_ptr, bs, B_POW2: tl.constexpr, BLOCK: tl.constexpr):
+        b = tl.program_id(0)
+        blk = tl.program_id(1)
+        i = tl.arange(0, B_POW2)
+        live_i = i < bs
+        q = tl.load(qo_ptr + i + 1, mask=live_i, other=0) - tl.load(qo_ptr + i, mask=live_i, other=0)
+        kv = tl.load(kv_ptr + i + 1, mask=live_i, other=0) - tl.load(kv_ptr + i, mask=live_i, other=0)
+        seg = q.to(tl.int64) * kv.to(tl.int64)
+        nbytes = (seg + 7) // 8
+        bit_end = tl.cumsum(seg, 0)
+        byte_end = tl.cumsum(nbytes, 0)
+        if (b == 0) & (blk == 0):
+            tl.store(out_indptr_ptr + i + 1, byte_end.to(tl.int32), mask=live_i)
+            tl.store(out_indptr_ptr + i, tl.zeros([B_POW2], tl.int32), mask=i == 0)
+        sel = i == b
+        my_seg = tl.sum(tl.where(sel, seg, 0), 0)
+        my_bit0 = tl.sum(tl.where(sel, bit_end - seg, 0), 0)
+        my_byte0 = tl.sum(tl.where(sel, byte_end - nbytes, 0), 0)
+        j = blk * BLOCK + tl.arange(0, BLOCK)
+        live = j < (my_seg + 7) // 8
+        acc = tl.zeros([BLOCK], tl.int32)
+        for k in tl.static_range(8):
+            pos = j.to(tl.int64) * 8 + k
+            v = tl.load(mask_ptr + my_bit0 + pos, mask=live & (pos < my_seg), other=0)
+            acc = acc | ((v != 0).to(tl.int32) << k)
+        tl.store(out_ptr + my_byte0 + j, acc.to(tl.uint8), mask=live)
+
+    return kernel
+
+
+_KERNEL = None
+
+
+def pack_tree_mask(mask: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, out: torch.Tensor,
+                   out_indptr: torch.Tensor, max_bytes_per_req: int, *, backend: str = "auto") -> None:
+    """Pack each request's [q_len x kv_len] block of the flat bool ``mask`` (requests back to back, row-major)
+    into bytes, little-endian within a byte (FlashInfer's ``segment_packbits(..., bitorder="little")``), into
+    ``out`` uint8 at offsets ``out_indptr`` [bs+1] int32, which this writes too. Lengths come from the device
+    indptrs (no host read); ``max_bytes_per_req`` is a host upper bound of any request's packed bytes (sizes
+    the grid); the caller checks that ``out`` holds the total. One launch."""
+    bs = qo_indptr.numel() - 1
+    if bs <= 0:
+        return
+    if not use_triton("pack_tree_mask", mask.device, backend):
+        pack_tree_mask_torch(mask, qo_indptr, kv_indptr, out, out_indptr)
+        return
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = _pack_kernel()
+    grid = (bs, max(1, cdiv(int(max_bytes_per_req), _BYTES_PER_PROGRAM)))
+    flat = mask.reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.view(torch.uint8)
+    _KERNEL[grid](flat, qo_indptr, kv_indptr, out, out_indptr, bs, B_POW2=next_pow2(bs + 1),
+                  BLOCK=_BYTES_PER_PROGRAM, num_warps=4)
+
+
+# ---- the plan ---------------------------------------------------------------------------------------------
+def _warn_once(key: str, msg: str, *args) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(msg, *args)
+
+
+def serves_ddtree(updater) -> bool:
+    """Whether this process serves DDTREE and the switch is on (decided on the updater's first call)."""
+    cached = getattr(updater, _SERVES, None)
+    if cached is None:
+        from sglang.srt.runtime_context import get_server_args
+
+        cached = enabled() and flashinfer_tested() and is_validated_ddtree_args(get_server_args())
+        setattr(updater, _SERVES, cached)
+    return cached
+
+
+def _eligible(updater, wrapper, use_ragged, spec_info, kv_start_idx, seq_lens, seq_lens_cpu, extra) -> bool:
+    backend = updater.attn_backend
+    return (spec_info is not None and not use_ragged and kv_start_idx is None and seq_lens_cpu is not None
+            and seq_lens_cpu.numel() == seq_lens.numel() and not extra
+            and getattr(wrapper, "is_cuda_graph_enabled", False) and getattr(wrapper, "_backend", None) == "fa2"
+            and getattr(wrapper, "_cached_module", None) is not None
+            and getattr(backend, "dispatch_reason", None) is None and int(getattr(backend, "page_size", 1)) == 1)
+
+
+# call_begin_forward's keyword arguments this plan handles, with the only values it accepts
+_NEUTRAL_KWARGS = {"use_sliding_window_kv_pool": False, "fixed_split_size": None, "multi_item_params": None,
+                   "cross_attention_custom_mask": None, "custom_kv_indices": None, "window_left": -1}
+
+
+def _neutral(key: str, value) -> bool:
+    if key not in _NEUTRAL_KWARGS:
+        return False
+    default = _NEUTRAL_KWARGS[key]
+    return value is None if default is None else (not torch.is_tensor(value) and value == default)
+
+
+def call_begin_forward(original, updater, wrapper_ragged, wrapper_paged, req_pool_indices, paged_kernel_lens,
+                       paged_kernel_lens_sum, seq_lens, prefix_lens, kv_start_idx, kv_indptr, qo_indptr, use_ragged,
+                       spec_info, *args, **kwargs):
+    """AROUND hook (module docstring): DDTREE's graph replays plan here; everything else runs ``original``."""
+    seq_lens_cpu = kwargs.get("seq_lens_cpu")
+    extra = bool(args) or not all(k == "seq_lens_cpu" or _neutral(k, v) for k, v in kwargs.items())
+    if not (serves_ddtree(updater) and _eligible(updater, wrapper_paged, use_ragged, spec_info, kv_start_idx,
+                                                 seq_lens, seq_lens_cpu, extra)
+            and plan(updater, wrapper_paged, req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, spec_info,
+                     seq_lens_cpu)):
+        return original(updater, wrapper_ragged, wrapper_paged, req_pool_indices, paged_kernel_lens,
+                        paged_kernel_lens_sum, seq_lens, prefix_lens, kv_start_idx, kv_indptr, qo_indptr, use_ragged,
+                        spec_info, *args, **kwargs)
+    return None
+
+
+def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, spec_info,
+         seq_lens_cpu) -> bool:
+    """The replay's plan without a host read (module docstring); False (nothing changed) where a bound does not
+    fit the wrapper's buffers, so the caller runs upstream's plan."""
+    n = int(spec_info.draft_token_num)
+    qo_host, kv_host, kv_lens_host, packed_bound, max_bytes = host_layout(seq_lens_cpu, n)
+    kv_indices, kv_indptr_d, qo_indptr_d, custom_mask = spec_info.generate_attn_arg_prefill(
+        req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, updater.req_to_token)
+    bs = seq_lens_cpu.numel()
+    total_rows = bs * n
+    if (kv_indices.numel() > wrapper._paged_kv_indices_buf.numel()
+            or (wrapper._max_total_num_rows is not None and total_rows > wrapper._max_total_num_rows)
+            or (custom_mask is not None and (not torch.is_tensor(wrapper._custom_mask_buf)
+                                             or packed_bound > wrapper._custom_mask_buf.numel()))):
+        _warn_once("bounds", "DDTREE: a flashinfer replay's bounds exceed its wrapper's buffers (rows %d, mask "
+                   "bytes <= %d): upstream's plan() for such replays.", total_rows, packed_bound)
+        return False
+    wrapper._qo_indptr_buf.copy_(qo_indptr_d, non_blocking=True)
+    wrapper._paged_kv_indptr_buf.copy_(kv_indptr_d, non_blocking=True)
+    wrapper._paged_kv_last_page_len_buf.copy_(updater.kv_last_page_len[:bs], non_blocking=True)
+    wrapper._paged_kv_indices_buf[: kv_indices.numel()].copy_(kv_indices, non_blocking=True)
+    if custom_mask is not None:
+        pack_tree_mask(custom_mask, qo_indptr_d, kv_indptr_d, wrapper._custom_mask_buf, wrapper._mask_indptr_buf,
+                       max_bytes)
+    wrapper._batch_size = bs
+    wrapper._num_qo_heads = updater.num_qo_heads
+    wrapper._num_kv_heads = updater.num_kv_heads
+    wrapper._qo_indptr_last = total_rows
+    wrapper._max_q_len = n
+    wrapper._max_kv_len = int(kv_lens_host.max())
+    if wrapper._max_total_num_rows is None:
+        wrapper._max_total_num_rows = total_rows
+    wrapper._plan_info = wrapper._cached_module.plan(
+        wrapper._float_workspace_buffer, wrapper._int_workspace_buffer, wrapper._pin_memory_int_workspace_buffer,
+        qo_host, kv_host, kv_lens_host, wrapper._max_total_num_rows, bs, updater.num_qo_heads,
+        updater.num_kv_heads, 1, True, updater.head_dim, updater.head_dim, False, -1,
+        -1, False, 0,  # fa2: fixed_split_size, disable_split_kv, num_colocated_ctas
+    )
+    return True
+

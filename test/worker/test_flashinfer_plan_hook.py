@@ -1,0 +1,191 @@
+"""The routing and bookkeeping of DDTREE's host-sync-free flashinfer plan (``worker/flashinfer_plan.py``), on CPU
+with stand-ins for FlashInfer's graph wrapper and SGLang's prefill index updater: an eligible replay refreshes
+exactly the wrapper's device buffers and hands FlashInfer's scheduler host bounds in plan()'s argument order,
+never calling upstream; anything it does not handle goes to upstream's ``call_begin_forward`` with the call's
+own arguments, untouched. The attention it schedules is checked on the GPU (``test_flashinfer_plan_gpu.py``).
+"""
+
+import types
+
+import pytest
+import torch
+
+from sglang_ddtree.worker import flashinfer_plan as fp
+from sglang_ddtree.worker import hooks
+
+N, BS, HEADS, KV_HEADS, HEAD_DIM = 16, 3, 32, 8, 128
+
+
+class _Module:
+    def __init__(self):
+        self.calls = []
+
+    def plan(self, *args):
+        self.calls.append(args)
+        return ("plan info", len(self.calls))
+
+
+def _wrapper(mask_capacity=4096, indices=4096):
+    return types.SimpleNamespace(
+        is_cuda_graph_enabled=True, _backend="fa2", _cached_module=_Module(),
+        _float_workspace_buffer=torch.zeros(4), _int_workspace_buffer=torch.zeros(4, dtype=torch.int32),
+        _pin_memory_int_workspace_buffer=torch.zeros(4, dtype=torch.int32), _max_total_num_rows=BS * N,
+        _qo_indptr_buf=torch.full((BS + 1,), -7, dtype=torch.int32),
+        _paged_kv_indptr_buf=torch.full((BS + 1,), -7, dtype=torch.int32),
+        _paged_kv_last_page_len_buf=torch.full((BS,), -7, dtype=torch.int32),
+        _paged_kv_indices_buf=torch.full((indices,), -7, dtype=torch.int32),
+        _custom_mask_buf=torch.full((mask_capacity,), 0xA5, dtype=torch.uint8),
+        _mask_indptr_buf=torch.full((BS + 1,), -7, dtype=torch.int32))
+
+
+class _Spec:
+    """A verify input as upstream's plan sees it: N rows per request over prefix + N keys, a FULL_MASK."""
+
+    def __init__(self, with_mask=True, seed=0):
+        self.draft_token_num, self.with_mask, self.seed = N, with_mask, seed
+
+    def generate_attn_arg_prefill(self, req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, req_to_token):
+        kv_lens = paged_kernel_lens.to(torch.int32) + N
+        kv_indptr = torch.zeros(len(kv_lens) + 1, dtype=torch.int32)
+        kv_indptr[1:] = torch.cumsum(kv_lens, 0)
+        qo_indptr = torch.arange(0, (len(kv_lens) + 1) * N, N, dtype=torch.int32)
+        kv_indices = torch.arange(paged_kernel_lens_sum + N * len(kv_lens), dtype=torch.int32) + 1000
+        mask = None
+        if self.with_mask:
+            g = torch.Generator().manual_seed(self.seed)
+            mask = torch.rand(int((kv_lens * N).sum()) + 40, generator=g) < 0.5
+        self.last = (kv_indices, kv_indptr, qo_indptr, mask)
+        return self.last
+
+
+def _updater(serves=True, page_size=1, dispatch_reason=None):
+    u = types.SimpleNamespace(attn_backend=types.SimpleNamespace(dispatch_reason=dispatch_reason, page_size=page_size),
+                              req_to_token=torch.zeros(8, 512, dtype=torch.int32),
+                              kv_last_page_len=torch.ones(64, dtype=torch.int32), num_qo_heads=HEADS,
+                              num_kv_heads=KV_HEADS, head_dim=HEAD_DIM)
+    setattr(u, fp._SERVES, serves)
+    return u
+
+
+def _call(updater, wrapper, spec, **overrides):
+    """call_begin_forward as upstream's update_single_wrapper makes it for a target-verify graph replay."""
+    prefix = torch.tensor([100, 7, 1])  # device committed lengths; row 2 a graph pad row (fill value 1)
+    host = torch.tensor([100 + N + 3, 7 + N, 1])  # the worker's bound (+3 lag) and the pad row's fill
+    positional = dict(wrapper_ragged="ragged", wrapper_paged=wrapper, req_pool_indices=torch.tensor([4, 5, 0]),
+                      paged_kernel_lens=prefix, paged_kernel_lens_sum=int(prefix.sum()), seq_lens=prefix,
+                      prefix_lens=None, kv_start_idx=None, kv_indptr="kv_indptr_buf", qo_indptr="qo_indptr_buf",
+                      use_ragged=False, spec_info=spec)
+    kwargs = dict(fixed_split_size=None, multi_item_params=None, seq_lens_cpu=host)
+    for k, v in overrides.items():
+        (positional if k in positional else kwargs)[k] = v
+    seen = []
+
+    def original(*args, **kw):
+        seen.append((args, kw))
+        return "upstream"
+
+    out = fp.call_begin_forward(original, updater, *positional.values(), **kwargs)
+    return out, seen, positional, kwargs
+
+
+def test_an_eligible_replay_plans_without_upstream():
+    wrapper, spec, updater = _wrapper(), _Spec(), _updater()
+    out, seen, pos, kw = _call(updater, wrapper, spec)
+    assert out is None and seen == []
+    kv_indices, kv_indptr, qo_indptr, mask = spec.last
+    assert torch.equal(wrapper._qo_indptr_buf, qo_indptr) and torch.equal(wrapper._paged_kv_indptr_buf, kv_indptr)
+    assert (wrapper._paged_kv_last_page_len_buf == 1).all()
+    assert torch.equal(wrapper._paged_kv_indices_buf[:kv_indices.numel()], kv_indices)
+    assert (wrapper._paged_kv_indices_buf[kv_indices.numel():] == -7).all()
+    want_mask = torch.zeros_like(wrapper._custom_mask_buf)
+    want_indptr = torch.zeros(BS + 1, dtype=torch.int32)
+    fp.pack_tree_mask_torch(mask, qo_indptr, kv_indptr, want_mask, want_indptr)
+    used = int(want_indptr[-1])
+    assert torch.equal(wrapper._mask_indptr_buf, want_indptr)
+    assert torch.equal(wrapper._custom_mask_buf[:used], want_mask[:used])
+    assert (wrapper._custom_mask_buf[used:] == 0xA5).all()
+    # FlashInfer's scheduler: plan()'s fa2 argument order, host bounds of every device length
+    (call,) = wrapper._cached_module.calls
+    qo_h, kv_h, kv_lens_h = call[3], call[4], call[5]
+    assert call[:3] == (wrapper._float_workspace_buffer, wrapper._int_workspace_buffer,
+                        wrapper._pin_memory_int_workspace_buffer)
+    assert call[6:] == (BS * N, BS, HEADS, KV_HEADS, 1, True, HEAD_DIM, HEAD_DIM, False, -1, -1, False, 0)
+    assert torch.equal(qo_h, qo_indptr) and qo_h.device.type == kv_h.device.type == kv_lens_h.device.type == "cpu"
+    device_kv = kv_indptr[1:] - kv_indptr[:-1]
+    assert (kv_lens_h >= device_kv).all() and torch.equal(kv_h[1:], torch.cumsum(kv_lens_h, 0).to(torch.int32))
+    assert wrapper._plan_info == ("plan info", 1) and wrapper._batch_size == BS and wrapper._max_q_len == N
+    assert wrapper._max_kv_len == int(kv_lens_h.max()) and wrapper._qo_indptr_last == BS * N
+
+
+def test_the_draft_block_has_no_mask_to_pack():
+    wrapper = _wrapper()
+    out, seen, _, _ = _call(_updater(), wrapper, _Spec(with_mask=False))
+    assert out is None and seen == [] and len(wrapper._cached_module.calls) == 1
+    assert (wrapper._custom_mask_buf == 0xA5).all() and (wrapper._mask_indptr_buf == -7).all()
+
+
+@pytest.mark.parametrize("case", [
+    "switch off", "eager wrapper", "other flashinfer backend", "no plan yet", "ragged", "kv_start_idx",
+    "no host lengths", "host lengths of another batch", "no spec info", "page 16", "sliding window dispatch",
+    "fixed split", "window", "multi-item", "custom kv indices", "a newer release's keyword", "mask past the buffer",
+    "indices past the buffer", "more rows than captured",
+])
+def test_anything_else_goes_to_upstream_untouched(case):
+    wrapper, spec = _wrapper(), _Spec()
+    updater = _updater(serves=case != "switch off", page_size=16 if case == "page 16" else 1,
+                       dispatch_reason="SLIDING_WINDOW" if case == "sliding window dispatch" else None)
+    overrides = {
+        "ragged": dict(use_ragged=True), "kv_start_idx": dict(kv_start_idx=torch.zeros(3, dtype=torch.int32)),
+        "no host lengths": dict(seq_lens_cpu=None), "host lengths of another batch": dict(seq_lens_cpu=torch.ones(2)),
+        "no spec info": dict(spec_info=None), "fixed split": dict(fixed_split_size=64), "window": dict(window_left=128),
+        "multi-item": dict(multi_item_params=object()), "custom kv indices": dict(custom_kv_indices=torch.zeros(3)),
+        "a newer release's keyword": dict(plan=object()),
+    }.get(case, {})
+    if case == "eager wrapper":
+        wrapper.is_cuda_graph_enabled = False
+    elif case == "other flashinfer backend":
+        wrapper._backend = "fa3"
+    elif case == "no plan yet":
+        wrapper._cached_module = None
+    elif case == "mask past the buffer":
+        wrapper._custom_mask_buf = torch.full((64,), 0xA5, dtype=torch.uint8)
+    elif case == "indices past the buffer":
+        wrapper._paged_kv_indices_buf = torch.full((32,), -7, dtype=torch.int32)
+    elif case == "more rows than captured":
+        wrapper._max_total_num_rows = BS * N - 1
+    before = {k: v.clone() for k, v in vars(wrapper).items() if torch.is_tensor(v)}
+    out, seen, pos, kw = _call(updater, wrapper, spec, **overrides)
+    assert out == "upstream" and len(seen) == 1
+    args, kwargs = seen[0]
+    assert args[0] is updater and list(args[1:]) == list(pos.values()) and kwargs == kw
+    assert all(torch.equal(v, before[k]) for k, v in vars(wrapper).items() if torch.is_tensor(v))
+    assert wrapper._cached_module is None or wrapper._cached_module.calls == []
+
+
+def test_the_switch_and_what_it_registers(monkeypatch):
+    import importlib.util
+
+    monkeypatch.delenv(fp.ENV, raising=False)
+    assert fp.enabled() is False and hooks.flashinfer_hook_targets() == {}
+    monkeypatch.setenv(fp.ENV, "0")
+    assert fp.enabled() is False and hooks.flashinfer_hook_targets() == {}
+    monkeypatch.setenv(fp.ENV, "1")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a))
+    assert fp.enabled() is True and hooks.flashinfer_hook_targets() == {}  # no flashinfer: nothing to hook
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flashinfer" else real(name, *a))
+    assert hooks.flashinfer_hook_targets() == hooks.FLASHINFER_HOOK_TARGETS and len(hooks.FLASHINFER_HOOK_TARGETS) == 1
+    monkeypatch.setenv(fp.ENV, "yes")
+    with pytest.raises(ValueError, match=f"{fp.ENV}='yes': use 1 .* or 0"):
+        fp.enabled()
+
+
+def test_serves_ddtree_needs_the_tested_flashinfer(monkeypatch):
+    monkeypatch.setenv(fp.ENV, "1")
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: "0.6.18")
+    updater = types.SimpleNamespace()
+    assert fp.serves_ddtree(updater) is False and getattr(updater, fp._SERVES) is False  # decided once
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: fp.TESTED_FLASHINFER[0])
+    assert fp.serves_ddtree(updater) is False  # cached per updater
+    monkeypatch.delenv(fp.ENV)
+    assert fp.serves_ddtree(types.SimpleNamespace()) is False
