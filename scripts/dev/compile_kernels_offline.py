@@ -4,9 +4,9 @@ Kernels: every ``JITFunction`` in the modules of ``sglang_ddtree.tree.kernels`` 
 ``sglang_ddtree.worker.kernels``, found by import. Specialisations: the launches the real wrappers make at
 the worker's launch sites (``tree_api.build_tree`` / ``verify_topology``, ``draft_head.topk_lse``,
 ``kv_commit.greedy_accept_commit`` / ``AcceptedKVMover``, ``sampling.draw_rows``, fa3's fused tree attention
-``worker.tree_attention``) for the Qwen3-8B shape
-(vocab 151936, bf16 LM head, 36 layers x K/V = 72 KV buffers of 2048-byte rows, block size 16) at budgets
-1, 15, 16, 64, 256, 512 and top-K 1, 4, 8 (top-K <= budget, as the config requires), the draft head on
+``worker.tree_attention``, flashinfer's tree-mask packing ``worker.flashinfer_plan.pack_tree_mask``) for the
+Qwen3-8B shape (vocab 151936, bf16 LM head, 36 layers x K/V = 72 KV buffers of 2048-byte rows, block size 16)
+at budgets 1, 15, 16, 64, 256, 512 and top-K 1, 4, 8 (top-K <= budget, as the config requires), the draft head on
 a vocab-parallel shard (tp 2, 4, 8), and ``tree.accept_greedy`` (a package op the round does not launch).
 The wrappers run on CPU tensors with ``use_triton`` patched to True and each kernel's ``run`` replaced by a
 recorder; each recorded launch goes through Triton's own launch-time binder for the target, so signature,
@@ -170,6 +170,19 @@ def fa3_tree_attention(budget: int, dtype: torch.dtype = torch.bfloat16) -> None
                                         out=o)
 
 
+def flashinfer_mask_pack(budget: int, bs: int = 4) -> None:
+    """flashinfer's tree mask packed on the device (``worker.flashinfer_plan.pack_tree_mask``, with
+    SGLANG_DDTREE_FLASHINFER_PLAN=1): ``bs`` requests of budget + 1 rows over 300 prefix keys + the tree."""
+    from sglang_ddtree.worker import flashinfer_plan
+
+    n = budget + 1
+    qo = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32)
+    kv = torch.arange(0, bs + 1, dtype=torch.int32) * (300 + n)
+    mask = torch.empty(bs * n * (300 + n), dtype=torch.bool)
+    flashinfer_plan.pack_tree_mask(mask, qo, kv, torch.empty(bs * n * (300 + n) // 8 + bs, dtype=torch.uint8),
+                                   torch.empty(bs + 1, dtype=torch.int32), (n * (300 + n) + 7) // 8)
+
+
 def draft_head_shard(topk: int, tp: int) -> None:
     """``draft_head.topk_lse`` on one rank's vocabulary shard (vocab-parallel LM head, V / tp columns)."""
     from sglang_ddtree.worker import draft_head
@@ -195,7 +208,8 @@ def cases(smoke: bool) -> list:
         return [(f"worker round budget={s['budget']} topk={s['topk']} prefix={s['prefix_dtype']}",
                  lambda: worker_round(**s)),
                 (f"tree.accept_greedy budget={s['budget']}", lambda: tree_accept(s["budget"])),
-                (f"fa3 tree attention budget={s['budget']}", lambda: fa3_tree_attention(s["budget"]))]
+                (f"fa3 tree attention budget={s['budget']}", lambda: fa3_tree_attention(s["budget"])),
+                (f"flashinfer mask pack budget={s['budget']}", lambda: flashinfer_mask_pack(s["budget"]))]
     out = []
     for budget in BUDGETS:
         for topk in (k for k in TOPKS if k <= budget):
@@ -205,6 +219,8 @@ def cases(smoke: bool) -> list:
         out.append((f"tree.accept_greedy budget={budget}", lambda b=budget: tree_accept(b)))
         for dt in (torch.bfloat16, torch.float16):
             out.append((f"fa3 tree attention budget={budget} {dt}", lambda b=budget, d=dt: fa3_tree_attention(b, d)))
+    for bs in (1, 4, 48, 256):  # the kernel's request block (B_POW2) follows the graph's batch size
+        out.append((f"flashinfer mask pack budget=15 bs={bs}", lambda b=bs: flashinfer_mask_pack(15, b)))
     for tp in TP_SHARDS:  # the merge pass's tile follows the shard's slice count
         for topk in TOPKS:
             out.append((f"draft head tp={tp} topk={topk}", lambda k=topk, t=tp: draft_head_shard(k, t)))
@@ -214,7 +230,7 @@ def cases(smoke: bool) -> list:
 def record_launches(kernels: dict, case_list: list) -> list:
     """Run each case with use_triton -> True and every kernel's launch recorded instead of run."""
     from sglang_ddtree.tree import _common, accept, build, topology
-    from sglang_ddtree.worker import tree_attention
+    from sglang_ddtree.worker import flashinfer_plan, tree_attention
 
     launches, label = [], [""]
 
@@ -224,7 +240,7 @@ def record_launches(kernels: dict, case_list: list) -> list:
         return run
 
     with contextlib.ExitStack() as stack:
-        for mod in (_common, accept, build, topology, tree_attention):
+        for mod in (_common, accept, build, topology, tree_attention, flashinfer_plan):
             stack.enter_context(mock.patch.object(mod, "use_triton", lambda *a, **k: True))
         for kernel in kernels.values():
             stack.enter_context(mock.patch.object(kernel, "run", recorder(kernel), create=True))

@@ -171,9 +171,13 @@ def test_the_switch_and_what_it_registers(monkeypatch):
     assert fp.enabled() is False and hooks.flashinfer_hook_targets() == {}
     monkeypatch.setenv(fp.ENV, "1")
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a))
+
+    def find_spec(present):
+        return lambda name, *a: (object() if present else None) if name == "flashinfer" else real(name, *a)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec(False))
     assert fp.enabled() is True and hooks.flashinfer_hook_targets() == {}  # no flashinfer: nothing to hook
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flashinfer" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec(True))
     assert hooks.flashinfer_hook_targets() == hooks.FLASHINFER_HOOK_TARGETS and len(hooks.FLASHINFER_HOOK_TARGETS) == 1
     monkeypatch.setenv(fp.ENV, "yes")
     with pytest.raises(ValueError, match=f"{fp.ENV}='yes': use 1 .* or 0"):

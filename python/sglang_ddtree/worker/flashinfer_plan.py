@@ -16,8 +16,9 @@ What this does instead, for those replays only (``call_begin_forward``, an AROUN
   plus the forward's own rows; ``worker._HostLens``) plus N, which also covers the graph's pad rows (fill value
   + N on the device);
 - the device buffers the captured kernels read (qo / kv indptr, kv indices, last-page lengths) are refreshed on
-  the stream, and the tree mask is packed on the device (``pack_tree_mask``: one launch, FlashInfer's
-  little-endian ``segment_packbits`` layout) at byte offsets computed there from the exact device lengths.
+  the stream, and the tree mask is packed on the device (``pack_tree_mask`` on ``kernels/pack_mask.py``: one
+  launch, FlashInfer's little-endian ``segment_packbits`` layout) at byte offsets computed there from the exact
+  device lengths.
 Why an upper bound gives the same attention: the kernel takes each request's key count from the device index
 buffers and clamps every key chunk to it (``chunk_start = min(tile * chunk, kv_len)`` in FlashInfer's
 ``BatchPrefillWithPagedKVCacheKernel``), so a schedule made for longer sequences covers the same keys, with
@@ -81,7 +82,8 @@ def flashinfer_tested() -> bool:
 
 
 # ---- host layout ----------------------------------------------------------------------------------------
-def host_layout(seq_lens_cpu: torch.Tensor, rows_per_req: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+def host_layout(seq_lens_cpu: torch.Tensor,
+                rows_per_req: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
     """Host schedule inputs of one replay: (qo_indptr [bs+1], kv_indptr [bs+1], kv_lens [bs] int32 CPU,
     packed-mask bytes bound, largest per-request packed bytes bound), page_size 1.
 
@@ -122,44 +124,6 @@ def pack_tree_mask_torch(mask: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr:
         out[o:o + nb] = (bits.view(nb, 8) * weights).sum(1).to(torch.uint8)
 
 
-def _pack_kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def kernel(mask_ptr, qo_ptr, kv_ptr, out_ptr, out_indptr_ptr, bs, B_POW2: tl.constexpr, BLOCK: tl.constexpr):
-        b = tl.program_id(0)
-        blk = tl.program_id(1)
-        i = tl.arange(0, B_POW2)
-        live_i = i < bs
-        q = tl.load(qo_ptr + i + 1, mask=live_i, other=0) - tl.load(qo_ptr + i, mask=live_i, other=0)
-        kv = tl.load(kv_ptr + i + 1, mask=live_i, other=0) - tl.load(kv_ptr + i, mask=live_i, other=0)
-        seg = q.to(tl.int64) * kv.to(tl.int64)
-        nbytes = (seg + 7) // 8
-        bit_end = tl.cumsum(seg, 0)
-        byte_end = tl.cumsum(nbytes, 0)
-        if (b == 0) & (blk == 0):
-            tl.store(out_indptr_ptr + i + 1, byte_end.to(tl.int32), mask=live_i)
-            tl.store(out_indptr_ptr + i, tl.zeros([B_POW2], tl.int32), mask=i == 0)
-        sel = i == b
-        my_seg = tl.sum(tl.where(sel, seg, 0), 0)
-        my_bit0 = tl.sum(tl.where(sel, bit_end - seg, 0), 0)
-        my_byte0 = tl.sum(tl.where(sel, byte_end - nbytes, 0), 0)
-        j = blk * BLOCK + tl.arange(0, BLOCK)
-        live = j < (my_seg + 7) // 8
-        acc = tl.zeros([BLOCK], tl.int32)
-        for k in tl.static_range(8):
-            pos = j.to(tl.int64) * 8 + k
-            v = tl.load(mask_ptr + my_bit0 + pos, mask=live & (pos < my_seg), other=0)
-            acc = acc | ((v != 0).to(tl.int32) << k)
-        tl.store(out_ptr + my_byte0 + j, acc.to(tl.uint8), mask=live)
-
-    return kernel
-
-
-_KERNEL = None
-
-
 def pack_tree_mask(mask: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, out: torch.Tensor,
                    out_indptr: torch.Tensor, max_bytes_per_req: int, *, backend: str = "auto") -> None:
     """Pack each request's [q_len x kv_len] block of the flat bool ``mask`` (requests back to back, row-major)
@@ -173,14 +137,13 @@ def pack_tree_mask(mask: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch
     if not use_triton("pack_tree_mask", mask.device, backend):
         pack_tree_mask_torch(mask, qo_indptr, kv_indptr, out, out_indptr)
         return
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = _pack_kernel()
+    from sglang_ddtree.worker.kernels.pack_mask import pack_tree_mask_kernel
+
     grid = (bs, max(1, cdiv(int(max_bytes_per_req), _BYTES_PER_PROGRAM)))
     flat = mask.reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.view(torch.uint8)
-    _KERNEL[grid](flat, qo_indptr, kv_indptr, out, out_indptr, bs, B_POW2=next_pow2(bs + 1),
+    pack_tree_mask_kernel[grid](flat, qo_indptr, kv_indptr, out, out_indptr, bs, B_POW2=next_pow2(bs + 1),
                   BLOCK=_BYTES_PER_PROGRAM, num_warps=4)
 
 
