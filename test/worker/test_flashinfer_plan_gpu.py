@@ -113,9 +113,10 @@ def _ours(fp, w, spec, rpi, prefix_t, req_to_token, host):
     assert fp.plan(updater, w, rpi, prefix_t, int(prefix_t.sum()), spec, host)
 
 
-# prefix lengths on the device; the host's view: a lagging bound (+5), an exact one, a pad row at the fill value 1
+# prefix lengths on the device; the forward's host lengths (committed + N): one lagging the device by 10 (a round's
+# commit not yet seen; the margin max(N, W) covers it), one exact, one above, a pad row at the fill value 1
 PREFIX = [300, 17, 64, 1]
-HOST = torch.tensor([300 + N + 5, 17 + N, 64 + N + 2, 1])
+HOST = torch.tensor([290 + N, 17 + N, 64 + N + 2, 1])
 REAL = 3 * N  # rows of the real requests (the pad row's output is discarded, as the graph runner does)
 
 

@@ -64,6 +64,7 @@ def _updater(serves=True, page_size=1, dispatch_reason=None):
                               kv_last_page_len=torch.ones(64, dtype=torch.int32), num_qo_heads=HEADS,
                               num_kv_heads=KV_HEADS, head_dim=HEAD_DIM)
     setattr(u, fp._SERVES, serves)
+    setattr(u, fp._LAG, N)  # W of a budget-15 DDTREE: lags are at most one round's commit
     return u
 
 
@@ -193,3 +194,21 @@ def test_serves_ddtree_needs_the_tested_flashinfer(monkeypatch):
     assert fp.serves_ddtree(updater) is False  # cached per updater
     monkeypatch.delenv(fp.ENV)
     assert fp.serves_ddtree(types.SimpleNamespace()) is False
+
+
+def test_serves_ddtree_reads_the_servers_args_once(monkeypatch):
+    """On: the DDTREE server's W (the most a host length lags) is kept on the updater for the bounds."""
+    from sglang_ddtree.config import DDTreeConfig
+
+    monkeypatch.setenv(fp.ENV, "1")
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: fp.TESTED_FLASHINFER[0])
+    args = types.SimpleNamespace(name="ddtree args")
+    monkeypatch.setattr("sglang.srt.runtime_context.get_server_args", lambda: args)
+    monkeypatch.setattr(fp, "is_validated_ddtree_args", lambda a: a is args)
+    monkeypatch.setattr(DDTreeConfig, "from_server_args",
+                        classmethod(lambda cls, a: types.SimpleNamespace(accept_width=12 if a is args else -1)))
+    updater = types.SimpleNamespace()
+    assert fp.serves_ddtree(updater) is True and getattr(updater, fp._LAG) == 12
+    monkeypatch.setattr(fp, "is_validated_ddtree_args", lambda a: False)  # a DFLASH server: upstream's plan
+    other = types.SimpleNamespace()
+    assert fp.serves_ddtree(other) is False and not hasattr(other, fp._LAG)

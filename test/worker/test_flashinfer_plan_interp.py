@@ -90,6 +90,9 @@ if _RUN_HERE:
         device_bytes = (device_kv * n + 7) // 8
         assert packed >= int(device_bytes.sum()) and max_bytes >= int(device_bytes.max())
         assert device_prefix.numel() == kv_lens.numel()
+        # a committed length that lags by more than N (W = 20 > N = 16): the margin is W, N alone would not bound it
+        lagging, device = torch.tensor([81 + n]), torch.tensor([100 + n])
+        assert int(host_layout(lagging, n, lag=20)[2][0]) >= int(device[0]) > int(host_layout(lagging, n)[2][0])
         with pytest.raises(ValueError, match="rows_per_req"):
             host_layout(host, 0)
         if _CUDA:

@@ -12,9 +12,9 @@ What this does instead, for those replays only (``call_begin_forward``, an AROUN
 ``FlashInferIndicesUpdaterPrefill.call_begin_forward``):
 - the schedule (FlashInfer's own ``_cached_module.plan``, as ``plan()`` calls it) is made from host numbers the
   round already has: N query rows per request and an UPPER BOUND of each request's key count, the forward's
-  ``seq_lens_cpu`` (the worker's host lengths: committed lengths that may lag the device by one round's commit,
-  plus the forward's own rows; ``worker._HostLens``) plus N, which also covers the graph's pad rows (fill value
-  + N on the device);
+  ``seq_lens_cpu`` (the worker's host lengths: committed lengths that may lag the device's by one round's commit,
+  at most W, plus the forward's own rows; ``worker._HostLens``) plus max(N, W), which also covers the graph's pad
+  rows (fill value + N on the device);
 - the device buffers the captured kernels read (qo / kv indptr, kv indices, last-page lengths) are refreshed on
   the stream, and the tree mask is packed on the device (``pack_tree_mask`` on ``kernels/pack_mask.py``: one
   launch, FlashInfer's little-endian ``segment_packbits`` layout) at byte offsets computed there from the exact
@@ -50,7 +50,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from sglang_ddtree.config import env_switch, is_validated_ddtree_args
+from sglang_ddtree.config import DDTreeConfig, env_switch, is_validated_ddtree_args
 from sglang_ddtree.tree._common import cdiv, next_pow2, use_triton
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ ENV = "SGLANG_DDTREE_FLASHINFER_PLAN"
 TESTED_FLASHINFER = ("0.6.14",)
 _BYTES_PER_PROGRAM = 256
 _SERVES = "_ddtree_sync_free_plan"  # attribute of an updater: whether this process serves DDTREE (first call)
+_LAG = "_ddtree_host_lag"  # attribute of an updater: W, the most a host length lags the device's
 _warned: set = set()
 
 
@@ -82,13 +83,15 @@ def flashinfer_tested() -> bool:
 
 
 # ---- host layout ----------------------------------------------------------------------------------------
-def host_layout(seq_lens_cpu: torch.Tensor,
-                rows_per_req: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+def host_layout(seq_lens_cpu: torch.Tensor, rows_per_req: int,
+                lag: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
     """Host schedule inputs of one replay: (qo_indptr [bs+1], kv_indptr [bs+1], kv_lens [bs] int32 CPU,
     packed-mask bytes bound, largest per-request packed bytes bound), page_size 1.
 
-    ``seq_lens_cpu`` [bs]: the forward's host lengths (upper bounds of prefix + rows for real requests, the fill
-    value for the graph's pad rows); each key count is bounded by that + ``rows_per_req``."""
+    ``seq_lens_cpu`` [bs]: the forward's host lengths. A real request's is the worker's host committed length
+    plus the forward's rows, and the committed length may lag the device's by up to ``lag`` (one round's commit,
+    W); a graph pad row's is the fill value, whose device key count is fill + ``rows_per_req``. Each key count
+    is bounded by seq_lens_cpu + max(rows_per_req, lag)."""
     if seq_lens_cpu.dim() != 1 or seq_lens_cpu.device.type != "cpu":
         raise ValueError(f"seq_lens_cpu must be a 1-D CPU tensor, got {tuple(seq_lens_cpu.shape)} on "
                          f"{seq_lens_cpu.device}")
@@ -96,7 +99,7 @@ def host_layout(seq_lens_cpu: torch.Tensor,
     if n <= 0:
         raise ValueError(f"rows_per_req must be > 0, got {rows_per_req}")
     bs = seq_lens_cpu.numel()
-    kv_lens = (seq_lens_cpu.to(torch.int64) + n).clamp(min=1)
+    kv_lens = (seq_lens_cpu.to(torch.int64) + max(n, int(lag))).clamp(min=1)
     qo_indptr = torch.arange(0, (bs + 1) * n, n, dtype=torch.int32)
     kv_indptr = torch.zeros(bs + 1, dtype=torch.int32)
     kv_indptr[1:] = torch.cumsum(kv_lens, 0).to(torch.int32)
@@ -160,7 +163,10 @@ def serves_ddtree(updater) -> bool:
     if cached is None:
         from sglang.srt.runtime_context import get_server_args
 
-        cached = enabled() and flashinfer_tested() and is_validated_ddtree_args(get_server_args())
+        server_args = get_server_args() if enabled() and flashinfer_tested() else None
+        cached = server_args is not None and is_validated_ddtree_args(server_args)
+        if cached:  # the worker's host lengths lag the device's by at most one round's commit
+            setattr(updater, _LAG, DDTreeConfig.from_server_args(server_args).accept_width)
         setattr(updater, _SERVES, cached)
     return cached
 
@@ -207,7 +213,7 @@ def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_len
     """The replay's plan without a host read (module docstring); False (nothing changed) where a bound does not
     fit the wrapper's buffers, so the caller runs upstream's plan."""
     n = int(spec_info.draft_token_num)
-    qo_host, kv_host, kv_lens_host, packed_bound, max_bytes = host_layout(seq_lens_cpu, n)
+    qo_host, kv_host, kv_lens_host, packed_bound, max_bytes = host_layout(seq_lens_cpu, n, getattr(updater, _LAG, 0))
     kv_indices, kv_indptr_d, qo_indptr_d, custom_mask = spec_info.generate_attn_arg_prefill(
         req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, updater.req_to_token)
     bs = seq_lens_cpu.numel()
