@@ -398,9 +398,11 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     Symbol(f"{_FI_PREFILL}.call_begin_forward", "flashinfer_plan hook (worker.hooks.FLASHINFER_HOOK_TARGETS)", MEMBER,
            "<0.5.17"),
     _params(f"{_FI_PREFILL}.call_begin_forward",
-            "self, wrapper_ragged, wrapper_paged, req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, "
-            "seq_lens, prefix_lens, kv_start_idx, kv_indptr, qo_indptr, use_ragged, spec_info, seq_lens_cpu",
-            "flashinfer_plan hook: the positional order it passes on, and the host lengths", "<0.5.17"),
+            "wrapper_ragged, wrapper_paged, req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, "
+            "seq_lens, prefix_lens, kv_start_idx, kv_indptr, qo_indptr, use_ragged, spec_info",
+            "flashinfer_plan hook: the positional order it passes on", "<0.5.17"),
+    _params(f"{_FI_PREFILL}.call_begin_forward", "seq_lens_cpu", "flashinfer_plan hook: the host lengths it plans with",
+            "<0.5.17"),
     *_on(_FI_PREFILL, INSTANCE, "<0.5.17",
          attn_backend="flashinfer_plan: the backend's dispatch and page size",
          req_to_token="flashinfer_plan: KV indices",
