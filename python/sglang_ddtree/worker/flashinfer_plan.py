@@ -60,7 +60,7 @@ TESTED_FLASHINFER = ("0.6.14",)
 _BYTES_PER_PROGRAM = 256
 _SERVES = "_ddtree_sync_free_plan"  # attribute of an updater: whether this process serves DDTREE (first call)
 _LAG = "_ddtree_host_lag"  # attribute of an updater: W, the most a host length lags the device's
-_warned: set = set()
+_warned_over_buffers = False
 
 
 def enabled() -> bool:
@@ -151,10 +151,12 @@ def pack_tree_mask(mask: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch
 
 
 # ---- the plan ---------------------------------------------------------------------------------------------
-def _warn_once(key: str, msg: str, *args) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        logger.warning(msg, *args)
+def _warn_over_buffers(rows: int, mask_bytes: int) -> None:
+    global _warned_over_buffers
+    if not _warned_over_buffers:
+        _warned_over_buffers = True
+        logger.warning("DDTREE: a flashinfer replay's bounds exceed its wrapper's buffers (rows %d, mask bytes <= %d): "
+                       "upstream's plan() for such replays.", rows, mask_bytes)
 
 
 def serves_ddtree(updater) -> bool:
@@ -171,12 +173,16 @@ def serves_ddtree(updater) -> bool:
     return cached
 
 
-def _eligible(updater, wrapper, use_ragged, spec_info, kv_start_idx, seq_lens, seq_lens_cpu, extra) -> bool:
-    backend = updater.attn_backend
+def _eligible(updater, wrapper, use_ragged, spec_info, kv_start_idx, seq_lens, args, kwargs) -> bool:
+    """A graph replay this plan handles: upstream's plan() has run on the wrapper (capture), single wrapper,
+    page_size 1, no ragged / kv_start_idx / extra argument, host lengths of this batch."""
+    backend, seq_lens_cpu = updater.attn_backend, kwargs.get("seq_lens_cpu")
     return (spec_info is not None and not use_ragged and kv_start_idx is None and seq_lens_cpu is not None
-            and seq_lens_cpu.numel() == seq_lens.numel() and not extra
+            and seq_lens_cpu.numel() == seq_lens.numel() and not args
+            and all(k == "seq_lens_cpu" or _neutral(k, v) for k, v in kwargs.items())
             and getattr(wrapper, "is_cuda_graph_enabled", False) and getattr(wrapper, "_backend", None) == "fa2"
             and getattr(wrapper, "_cached_module", None) is not None
+            and getattr(wrapper, "_max_total_num_rows", None) is not None
             and getattr(backend, "dispatch_reason", None) is None and int(getattr(backend, "page_size", 1)) == 1)
 
 
@@ -196,12 +202,10 @@ def call_begin_forward(original, updater, wrapper_ragged, wrapper_paged, req_poo
                        paged_kernel_lens_sum, seq_lens, prefix_lens, kv_start_idx, kv_indptr, qo_indptr, use_ragged,
                        spec_info, *args, **kwargs):
     """AROUND hook (module docstring): DDTREE's graph replays plan here; everything else runs ``original``."""
-    seq_lens_cpu = kwargs.get("seq_lens_cpu")
-    extra = bool(args) or not all(k == "seq_lens_cpu" or _neutral(k, v) for k, v in kwargs.items())
-    if not (serves_ddtree(updater) and _eligible(updater, wrapper_paged, use_ragged, spec_info, kv_start_idx,
-                                                 seq_lens, seq_lens_cpu, extra)
+    if not (serves_ddtree(updater)
+            and _eligible(updater, wrapper_paged, use_ragged, spec_info, kv_start_idx, seq_lens, args, kwargs)
             and plan(updater, wrapper_paged, req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, spec_info,
-                     seq_lens_cpu)):
+                     kwargs["seq_lens_cpu"])):
         return original(updater, wrapper_ragged, wrapper_paged, req_pool_indices, paged_kernel_lens,
                         paged_kernel_lens_sum, seq_lens, prefix_lens, kv_start_idx, kv_indptr, qo_indptr, use_ragged,
                         spec_info, *args, **kwargs)
@@ -218,12 +222,10 @@ def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_len
         req_pool_indices, paged_kernel_lens, paged_kernel_lens_sum, updater.req_to_token)
     bs = seq_lens_cpu.numel()
     total_rows = bs * n
-    if (kv_indices.numel() > wrapper._paged_kv_indices_buf.numel()
-            or (wrapper._max_total_num_rows is not None and total_rows > wrapper._max_total_num_rows)
+    if (kv_indices.numel() > wrapper._paged_kv_indices_buf.numel() or total_rows > wrapper._max_total_num_rows
             or (custom_mask is not None and (not torch.is_tensor(wrapper._custom_mask_buf)
                                              or packed_bound > wrapper._custom_mask_buf.numel()))):
-        _warn_once("bounds", "DDTREE: a flashinfer replay's bounds exceed its wrapper's buffers (rows %d, mask "
-                   "bytes <= %d): upstream's plan() for such replays.", total_rows, packed_bound)
+        _warn_over_buffers(total_rows, packed_bound)
         return False
     wrapper._qo_indptr_buf.copy_(qo_indptr_d, non_blocking=True)
     wrapper._paged_kv_indptr_buf.copy_(kv_indptr_d, non_blocking=True)
@@ -238,8 +240,6 @@ def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_len
     wrapper._qo_indptr_last = total_rows
     wrapper._max_q_len = n
     wrapper._max_kv_len = int(kv_lens_host.max())
-    if wrapper._max_total_num_rows is None:
-        wrapper._max_total_num_rows = total_rows
     wrapper._plan_info = wrapper._cached_module.plan(
         wrapper._float_workspace_buffer, wrapper._int_workspace_buffer, wrapper._pin_memory_int_workspace_buffer,
         qo_host, kv_host, kv_lens_host, wrapper._max_total_num_rows, bs, updater.num_qo_heads,
