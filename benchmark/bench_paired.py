@@ -52,8 +52,10 @@ class _FakeEngine:
 
 def serve(args) -> int:
     """Child: one engine; reads one JSON command per stdin line, answers one ``_TAG`` line each."""
+    # sleep_on_idle: the other configs' engines stay alive while this one is timed; idle, each would poll its
+    # sockets in a busy loop (one CPU core each) next to the CPU-bound round being measured
     kw = {**COMMON, "mem_fraction_static": args.mem_fraction, "port": args.port, "nccl_port": args.port + 7,
-          **engine_kwargs(args.serve, args.draft, args.attention_backend)}
+          "sleep_on_idle": True, **engine_kwargs(args.serve, args.draft, args.attention_backend)}
     if os.environ.get("BENCH_PAIRED_FAKE_ENGINE") == "1":
         engine = _FakeEngine(args.serve)
     else:
@@ -156,7 +158,8 @@ def main(argv=None) -> int:
     log_dir = args.log_dir or os.path.dirname(os.path.abspath(args.out))
     os.makedirs(log_dir, exist_ok=True)
     report = {"environment": environment(argv),
-              "settings": {**COMMON, "mem_fraction_static": args.mem_fraction, "attention_backend": args.attention_backend,
+              "settings": {**COMMON, "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
+                           "attention_backend": args.attention_backend,
                            "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
                            "repeats": args.repeats, "target": args.target, "draft": args.draft,
                            "method": "one engine process per config, all alive; each repetition runs every config "

@@ -427,16 +427,16 @@ def _round_ms(spec: str, c: int, ans: dict, args) -> dict:
     return out
 
 
-def _analyze_profile(out_dir: str) -> dict:
-    """``analyze_trace.analyze`` of the newest trace under ``out_dir``: the whole dict goes next to the trace as
-    ``<trace>.analysis.json``; returned without its call_tree / loop_tree lists."""
+def _analyze_profile(out_dir: str, depth: int = 3) -> dict:
+    """``analyze_trace.analyze`` of the newest trace under ``out_dir`` (call tree ``depth`` levels deep): the whole
+    dict goes next to the trace as ``<trace>.analysis.json``; returned without its call_tree / loop_tree lists."""
     from analyze_trace import analyze, load
 
     traces = sorted((p for p in glob.glob(os.path.join(out_dir, "*.trace.json*")) if not p.endswith(".analysis.json")),
                     key=os.path.getmtime)
     if not traces:
         return {"error": f"no *.trace.json* file in {out_dir}"}
-    full = analyze(load(traces[-1]))
+    full = analyze(load(traces[-1]), depth=depth)
     with open(traces[-1] + ".analysis.json", "w") as f:
         json.dump(full, f, indent=1)
     return {"trace": traces[-1], **{k: v for k, v in full.items() if k not in ("call_tree", "loop_tree")}}
@@ -521,6 +521,9 @@ def engine_settings(args) -> dict:
                 max_total_tokens=args.max_total_tokens, mem_fraction_static=args.mem_fraction,
                 cuda_graph_max_bs_decode=max(args.concurrency), log_level="error", load_format="dummy",
                 skip_tokenizer_init=True,
+                # every engine stays alive while another is timed: without it each idle scheduler polls its
+                # sockets in a busy loop, one CPU core each, next to the CPU-bound round being measured
+                sleep_on_idle=True,
                 # prefill graphs only cost start time here (the M1 - M0 differential cancels prefill): on the
                 # H200 the first engine spent 90 s compiling them for 38 token counts
                 cuda_graph_backend_prefill="disabled",
@@ -590,7 +593,7 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
                 d = children[spec].ask({"op": "profile", "c": c, "dir": d})["dir"]
                 # analysed at once and handed on with the summary, so a run killed before the last profile keeps
                 # the breakdowns it took (session 16's close call ran out of time while profiling)
-                profiles[spec, c] = _analyze_profile(d)
+                profiles[spec, c] = _analyze_profile(d, args.profile_depth)
                 if on_repetition is not None:
                     results, best = summarize(runs, args.table, args.baselines)
                     on_repetition(_with_profiles(results, profiles), best, engines, args.repeats)
@@ -783,7 +786,7 @@ def _check(ap, args) -> None:
     if args.profile_dir and not set(args.profile_concurrency) <= set(args.concurrency):
         ap.error(f"--profile-concurrency {args.profile_concurrency}: each must be in --concurrency {args.concurrency}")
     for flag, value, low in (("--repeats", args.repeats, 1), ("--base-tokens", args.base_tokens, 1),
-                             ("--prompt-len", args.prompt_len, 1)):
+                             ("--prompt-len", args.prompt_len, 1), ("--profile-depth", args.profile_depth, 1)):
         if value < low:
             ap.error(f"{flag} {value}: must be at least {low}")
     if args.new_tokens <= args.base_tokens:
@@ -841,6 +844,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-dir", help="after timing, one torch-profiler trace per config and "
                     "--profile-concurrency under this directory, analysed with analyze_trace.py")
     ap.add_argument("--profile-concurrency", default="1,32")
+    ap.add_argument("--profile-depth", type=int, default=3,
+                    help="levels of the analysed call tree under the round (analyze_trace.py --depth)")
     ap.add_argument("--plot", metavar="JSON_IN", help="no engines: plot a report written by this script")
     ap.add_argument("--plot-dir", help="where --plot writes its PNGs")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

@@ -91,20 +91,27 @@ case "${1:-}" in
     # DDTREE's host-sync-free flashinfer plan (worker.flashinfer_plan, SGLANG_DDTREE_FLASHINFER_PLAN=1):
     # `fiplan` its checks: the plan against upstream's plan() on FlashInfer (eager and in a CUDA graph, the mask
     # packing natively) and sharp greedy parity with it on (b15 / b64 / no overlap) against plain flashinfer;
-    # `fiplan shape`: the 8B-shape breakdown with it, paired with AR and DFLASH on fa3 (fa3 and the JIT cache
-    # staged; c 1 / 32, 2 repetitions, profiles)
+    # `fiplan shape`: the 8B-shape breakdown with it, paired with AR and DFLASH on fa3 and DDTREE on fa3 and on
+    # upstream's flashinfer plan, in one run (fa3 and the JIT cache staged; c 1 / 32, 2 repetitions, profiles with
+    # a 6-level call tree, the flashinfer traces returned)
     if [ "${2:-}" = shape ]; then
       OUT=${OUT:-/tmp/fiplan_out}
       mkdir -p "$OUT/prof"
       # shellcheck disable=SC1091
       source scripts/device/plugin_env.sh
+      # five 8B engines at most on one H200 (session 18: a sixth ran out of memory in its warm-up); session 18
+      # measured fa3 / triton / flashinfer+fiplan here, so the default pairs the plan with upstream's flashinfer
       timeout -k 10 "${SHAPE_TIMEOUT_S:-470}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
-        --configs plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+flashinfer,ddtree:15:8+flashinfer+fiplan \
+        --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+flashinfer,ddtree:15:8+flashinfer+fiplan}" \
         --baselines dflash+fa3,plain+fa3 --concurrency 1,32 --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 \
         --base-tokens 16 --max-total-tokens 24000 --profile-dir "$OUT/prof" --profile-concurrency 1,32 \
-        --log-dir "$OUT/logs" --out "$OUT/shape_fiplan.json" 2>&1 | tail -n 40
+        --profile-depth "${SHAPE_PROFILE_DEPTH:-6}" --log-dir "$OUT/logs" --out "$OUT/shape_fiplan.json" 2>&1 | tail -n 40
+      # the analyses, and the flashinfer configs' traces where they fit one returned file (16 MiB): session 18's
+      # analyses (3 levels) could not say where the plan's CPU time went
       (cd "$OUT" && find prof -name '*.analysis.json' | tar -czf analyses.tar.gz -T - && tar -czf logs.tar.gz logs \
+        && find prof -path '*flashinfer*' -name '*.trace.json*' ! -name '*.analysis.json' | tar -cf traces.tar -T - \
         && rm -rf prof logs)
+      [ "$(stat -c %s "$OUT/traces.tar" 2>/dev/null || echo 0)" -lt 16000000 ] || rm -f "$OUT/traces.tar"
       ls -la "$OUT"
       exit 0
     fi

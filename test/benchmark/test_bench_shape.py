@@ -42,7 +42,7 @@ def run(tmp_path_factory):
     proc = _cli("--out", str(out), "--shapes", ",".join(SHAPES), "--configs", ",".join(CONFIGS),
                 "--concurrency", "1,4", "--repeats", "3", "--new-tokens", "32", "--base-tokens", "8",
                 "--model-dir", str(tmp / "models"), "--profile-dir", str(tmp / "prof"), "--profile-concurrency", "4",
-                timeout=300)
+                "--profile-depth", "2", timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(out.read_text()), tmp
 
@@ -182,6 +182,19 @@ def test_profile_traces_are_analysed(run):
         assert m["outside_graphs_ms"] == pytest.approx(m["round_ms_median"] - 0.05, abs=1e-3)
 
 
+def test_profile_depth_reaches_the_analysis(tmp_path, monkeypatch):
+    import analyze_trace
+
+    seen = {}
+    monkeypatch.setattr(analyze_trace, "load", lambda path: [])
+    monkeypatch.setattr(analyze_trace, "analyze", lambda events, depth=3, min_us=5.0: seen.setdefault(
+        "depth", depth) and {"rounds": 0, "call_tree": []})
+    (tmp_path / "x-TP-0.trace.json").write_text("[]")
+    bench_shape._analyze_profile(str(tmp_path), 6)
+    assert seen == {"depth": 6}
+    assert json.loads((tmp_path / "x-TP-0.trace.json.analysis.json").read_text())["rounds"] == 0
+
+
 def test_outside_graphs():
     from bench_shape import outside_graphs
 
@@ -195,6 +208,7 @@ def test_report_records_how_it_ran(run):
     _, rep, _ = run
     assert rep["settings"]["fake_engine"] is True and rep["settings"]["engine"]["load_format"] == "dummy"
     assert rep["settings"]["engine"]["cuda_graph_max_bs_decode"] == 4
+    assert rep["settings"]["engine"]["sleep_on_idle"] is True  # idle engines must not spin next to the timed one
     assert rep["settings"]["baselines"] == ["dflash+fa3", "plain"] and rep["errors"] == {}
     assert rep["accept_table"] == shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS)
     assert "bench_shape.py" in rep["command"] and "--profile-concurrency 4" in rep["command"]
@@ -238,6 +252,7 @@ def test_an_engine_that_does_not_start_is_reported(tmp_path):
     (["--baselines", "dflash+fa3"], "--baselines ['dflash+fa3'] are not in --configs"),
     (["--profile-dir", "P", "--profile-concurrency", "3"], "--profile-concurrency [3]: each must be in --concurrency"),
     (["--plot", "x.json"], "--plot JSON_IN and --plot-dir DIR go together"),
+    (["--profile-depth", "0"], "--profile-depth 0: must be at least 1"),
     (["--attention-backend", "fa4"], "argument --attention-backend: invalid choice: 'fa4'"),
 ])
 def test_argument_errors(tmp_path, args, message):
