@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 run of the roll-out tools (issue "Rolling DDTREE out safely"), one device call of <= 10 minutes:
-# two launch_server processes on the packaged tiny pair (DFLASH on fa3 when staged, else triton, on port 30000;
-# DDTREE on 30001), each awaited with `python -m sglang_ddtree wait-healthy`; then bench_serving over both
-# (c 1/4/16, 2 repetitions, plots) and shadow_compare (greedy identity, c 1 and 8); then wait-healthy against a
+# three launch_server processes on the packaged tiny pair (DFLASH on fa3 when staged, else triton, on port 30000;
+# DDTREE on 30001; the plain target on 30002), each awaited with `python -m sglang_ddtree wait-healthy`; then
+# bench_serving over DFLASH and DDTREE (c 1/4/16, 2 repetitions, plots) and shadow_compare (greedy identity, c 1
+# and 8, each divergence classified by the plain server's log-probs: --reference); then wait-healthy against a
 # server made to fail at start (an unknown drafter architecture), which must exit 1 within seconds with the cause.
 #     bash scripts/device/rollout.sh
 # Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts). Results under $OUT:
@@ -26,11 +27,11 @@ import json, sys
 c = json.load(open(sys.argv[1])); c["architectures"] = ["NoSuchDraftModel"]; c.pop("dflash_config", None)
 json.dump(c, open(sys.argv[1], "w"))
 PY
-  python3 -m sglang.launch_server $COMMON --port 30002 --speculative-algorithm DFLASH \
+  python3 -m sglang.launch_server $COMMON --port 30003 --speculative-algorithm DFLASH \
     --speculative-draft-model-path "$bad" > "$OUT/logs/bad.log" 2>&1 &
   pb=$!
   t0=$(date +%s)
-  python3 -m sglang_ddtree wait-healthy --url http://127.0.0.1:30002 --pid "$pb" --log "$OUT/logs/bad.log" --timeout 240
+  python3 -m sglang_ddtree wait-healthy --url http://127.0.0.1:30003 --pid "$pb" --log "$OUT/logs/bad.log" --timeout 240
   rc=$?
   echo "[rollout] wait-healthy on a failing server rc=$rc after $(( $(date +%s) - t0 )) s (want 1)"
   # when the server process ended (its log's mtime) vs when wait-healthy returned: the issue's "within 10 s"
@@ -66,7 +67,10 @@ sleep 5
 python3 -m sglang.launch_server $COMMON --port 30001 --speculative-algorithm DDTREE \
   --speculative-draft-model-path "$DRF" --speculative-ddtree-budget 63 > "$OUT/logs/ddtree.log" 2>&1 &
 P1=$!
-for spec in "30000 $P0 dflash" "30001 $P1 ddtree"; do
+# the plain target: shadow_compare's --reference, which classifies each divergence by its log-probs
+python3 -m sglang.launch_server $COMMON --mem-fraction-static 0.15 --port 30002 > "$OUT/logs/plain.log" 2>&1 &
+P2=$!
+for spec in "30000 $P0 dflash" "30001 $P1 ddtree" "30002 $P2 plain"; do
   read -r port pid name <<< "$spec"
   t0=$(date +%s)
   python3 -m sglang_ddtree wait-healthy --url "http://127.0.0.1:$port" --pid "$pid" --log "$OUT/logs/$name.log" \
@@ -79,10 +83,10 @@ timeout 300 python3 benchmark/bench_serving.py --endpoint "dflash_$BACKEND=http:
 echo "[rollout] bench_serving rc=$?"
 for c in 1 8; do
   timeout 120 python3 benchmark/shadow_compare.py --baseline http://127.0.0.1:30000 --candidate http://127.0.0.1:30001 \
-    --concurrency "$c" --max-new-tokens 64 --out "$OUT/shadow_c$c.json"
+    --reference http://127.0.0.1:30002 --concurrency "$c" --max-new-tokens 64 --out "$OUT/shadow_c$c.json"
   echo "[rollout] shadow_compare c=$c rc=$?"
 done
-kill "$P0" "$P1" 2>/dev/null
+kill "$P0" "$P1" "$P2" 2>/dev/null
 wait 2>/dev/null
 failing_server
 (cd "$OUT" && tar -czf serving_plots.tar.gz plots && tar -czf logs.tar.gz logs && rm -rf plots logs)

@@ -6,7 +6,11 @@ the new tokens when ``incremental``, then ``data: [DONE]``; else one JSON object
 text with upstream's counters and ours) and /server_info. Tokens come in rounds: the first after ``ttft_s``,
 then ``per_round`` tokens every ``round_s`` (a speculative server's accept length), so TTFT and TPOT are
 known: TPOT = round_s / per_round. Output ids are a function of the prompt, so two fakes agree unless told
-not to (``mutate``). ``shadow_compare``'s tests reuse it.
+not to (``mutate``). ``shadow_compare``'s tests reuse it; for its ``--reference`` a fake answers non-streamed
+``return_logprob`` requests as SGLang's tokenizer manager shapes them (``[logprob, token_id, null]`` entries):
+a text prompt's ``input_token_logprobs`` (one token per character, its code point) with ``logprob_start_len`` 0,
+and ``output_token_logprobs`` / ``output_token_ids_logprobs`` from ``logprobs(input_ids, token_ids)`` ->
+(greedy id, its log-prob, {token: log-prob}); ``refuse_logprob`` answers HTTP 400 as DFLASH / DDTREE do.
 """
 
 import collections
@@ -35,12 +39,14 @@ class _Server(http.server.ThreadingHTTPServer):
 
 class FakeSGLang:
     def __init__(self, *, ttft_s=0.01, round_s=0.004, per_round=1, ttft_of=None, mutate=None, incremental=False,
-                 metrics=True, output_ids=True, fail_every=0, stop_after=None):
+                 metrics=True, output_ids=True, fail_every=0, stop_after=None, logprobs=None, refuse_logprob=False):
         self.ttft_s, self.round_s, self.per_round, self.ttft_of = ttft_s, round_s, per_round, ttft_of or {}
         self.mutate = mutate or {}  # prompt key -> (position, token)
         self.incremental, self.metrics, self.return_ids = incremental, metrics, output_ids
         self.fail_every, self.stop_after = fail_every, stop_after or {}  # prompt key -> output length
         self.cut_stream = False  # end the stream without data: [DONE]
+        self.logprobs, self.refuse_logprob = logprobs, refuse_logprob
+        self.logprob_requests = []  # the bodies of return_logprob requests
         self.counts = collections.Counter()  # (method, path) -> requests
         self.lock = threading.Lock()
         self.gen_tokens = self.verify_calls = self.n_generate = 0
@@ -125,6 +131,8 @@ class FakeSGLang:
                     return self._send(404, b'{"detail":"Not Found"}')
                 if fake.fail_every and nth % fake.fail_every == 0:
                     return self._send(500, b'{"error": "fake failure"}')
+                if body.get("return_logprob"):
+                    return self._logprob(body)
                 ids = fake.tokens(body, body["sampling_params"]["max_new_tokens"])
                 rounds = fake.rounds(len(ids))
                 meta = {"id": f"r{nth}", "prompt_tokens": 5, "weight_version": "default"}
@@ -164,6 +172,26 @@ class FakeSGLang:
                 if not fake.cut_stream:
                     self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
+
+            def _logprob(self, body):
+                with fake.lock:
+                    fake.logprob_requests.append(body)
+                if fake.refuse_logprob:
+                    return self._send(400, b'{"error": {"message": "speculative decoding does not support '
+                                           b'return_logprob yet."}}')
+                meta = {"id": "lp", "completion_tokens": 1, "finish_reason": {"type": "length", "length": 1}}
+                if "text" in body:  # the fake's tokenization: one token per character
+                    ids = [ord(ch) for ch in body["text"]]
+                    if body.get("logprob_start_len") == 0:
+                        meta["input_token_logprobs"] = [[None if i == 0 else -1.0, t, None] for i, t in enumerate(ids)]
+                else:
+                    ids = list(body["input_ids"])
+                asked = body.get("token_ids_logprob")
+                top, top_lp, lps = fake.logprobs(tuple(ids), asked) if asked else (1, -0.1, {})
+                meta["output_token_logprobs"] = [[top_lp, top, None]]
+                if asked:
+                    meta["output_token_ids_logprobs"] = [[[lps[t], t, None] for t in asked]]
+                self._send(200, json.dumps({"text": f" t{top}", "output_ids": [top], "meta_info": meta}).encode())
 
             def _chunk(self, data):
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

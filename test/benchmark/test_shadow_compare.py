@@ -1,6 +1,8 @@
 """benchmark/shadow_compare.py against the fake SGLang servers of test_bench_serving.py: identical fakes pass,
 a candidate that changes one token (or stops early) is reported at that position, only the two given servers
-are contacted (a third fake, also set as the HTTP proxy, must see nothing), and the exit codes."""
+are contacted (a third fake, also set as the HTTP proxy, must see nothing), and the exit codes. ``--reference``:
+a divergence at a near-tie of the reference passes (exit 0), one beyond ``--tie-eps`` does not, the reference is
+asked about exactly the prompt + common prefix and both tokens, and what cannot be classified says why."""
 
 import json
 import os
@@ -110,6 +112,80 @@ def test_unreachable_candidate_exits_2_before_any_request(fakes, capsys):
 def test_bad_arguments(argv, message):
     proc = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def _tie(near):
+    """A reference whose greedy token is the first asked about (-0.70); the second at -0.75 when both are in
+    ``near`` (a near-tie), else at -2.70."""
+    def logprobs(ids, tokens):
+        first, second = tokens
+        return first, -0.70, {first: -0.70, second: -0.75 if {first, second} <= near else -2.70}
+    return logprobs
+
+
+def test_reference_near_tie_passes_and_is_asked_about_prompt_and_prefix(fakes, tmp_path, capsys):
+    base, cand = fakes(), fakes(mutate={PROMPTS[3]: (7, 4242)})
+    ids = base.tokens({"text": PROMPTS[3]}, 12)
+    ref = fakes(logprobs=_tie({ids[7], 4242}))
+    out = tmp_path / "shadow.json"
+    assert _run(base, cand, "--num-requests", "6", "--reference", ref.url, "--out", str(out)) == 0
+    stdout = capsys.readouterr().out
+    assert stdout.strip().splitlines()[-1] == ("VERDICT: IDENTICAL UP TO NEAR-TIES: 1/6 requests differ, each at a "
+                                               "near-tie of the reference (log-prob gap <= 0.2, largest 0.05)")
+    assert f"reference: log-prob baseline -0.7 / candidate -0.75 (gap 0.05: near-tie); its own greedy token {ids[7]}" \
+        in stdout
+    # the text prompt's ids from the reference's own tokenization, then prompt + common prefix, both tokens
+    tok, ask = ref.logprob_requests
+    assert tok["text"] == PROMPTS[3] and tok["logprob_start_len"] == 0 and not tok["stream"]
+    assert ask["input_ids"] == [ord(ch) for ch in PROMPTS[3]] + ids[:7] and ask["token_ids_logprob"] == [ids[7], 4242]
+    assert ask["sampling_params"] == {"max_new_tokens": 1, "temperature": 0.0}
+    assert ref.counts["POST", "/generate"] == 2  # nothing but the one divergence
+    rep = json.loads(out.read_text())
+    assert rep["exit_code"] == 0 and rep["settings"]["reference"] == ref.url and rep["settings"]["tie_eps"] == 0.2
+    assert rep["divergences"][0]["reference"] == {
+        "baseline_token": ids[7], "candidate_token": 4242, "baseline_logprob": -0.7, "candidate_logprob": -0.75,
+        "gap": 0.05, "near_tie": True, "reference_token": ids[7], "reference_logprob": -0.7}
+
+
+def test_reference_gap_beyond_eps_fails(fakes, tmp_path, capsys):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"input_ids": [5, 6, 7]}\n{"input_ids": [8, 9]}\n')
+    base, cand = fakes(), fakes(mutate={(5, 6, 7): (2, 77), (8, 9): (4, 78)})
+    b0, b1 = base.tokens({"input_ids": [5, 6, 7]}, 12), base.tokens({"input_ids": [8, 9]}, 12)
+    ref = fakes(logprobs=_tie({b1[4], 78}))  # prompt 1's a near-tie, prompt 0's is not
+    assert _run(base, cand, "--prompts", str(p), "--reference", ref.url) == 1
+    stdout = capsys.readouterr().out
+    assert "(gap 2.0: NOT a near-tie)" in stdout and "(gap 0.05: near-tie)" in stdout
+    assert stdout.strip().splitlines()[-1] == ("VERDICT: DIVERGED: 2/2 requests differ (first: request 0 at output "
+                                               "position 2); reference: 1 near-ties, 1 beyond --tie-eps 0.2, 0 not "
+                                               "classified")
+    # input_ids prompts need no tokenization request
+    assert [r["input_ids"] for r in ref.logprob_requests] == [[5, 6, 7] + b0[:2], [8, 9] + b1[:4]]
+    # a wider --tie-eps takes both
+    assert _run(base, cand, "--prompts", str(p), "--reference", ref.url, "--tie-eps", "2.5") == 0
+
+
+def test_reference_cannot_classify_an_ended_output_or_a_refusal(fakes, capsys):
+    base, cand = fakes(), fakes(stop_after={PROMPTS[1]: 5})
+    ref = fakes(logprobs=_tie(set()))
+    assert _run(base, cand, "--num-requests", "3", "--reference", ref.url) == 1
+    stdout = capsys.readouterr().out
+    assert "reference: not classified (one output ended at this position)" in stdout
+    assert stdout.strip().endswith("reference: 0 near-ties, 0 beyond --tie-eps 0.2, 1 not classified")
+    assert ref.counts["POST", "/generate"] == 0
+    base, cand, spec = fakes(), fakes(mutate={PROMPTS[0]: (3, 5)}), fakes(refuse_logprob=True)
+    assert _run(base, cand, "--num-requests", "1", "--reference", spec.url) == 1
+    stdout = capsys.readouterr().out
+    assert f"reference: not classified (reference {spec.url}: ValueError: HTTP 400: " in stdout
+    assert "does not support return_logprob" in stdout
+
+
+def test_reference_arguments(fakes, capsys):
+    base, cand = fakes(), fakes()
+    assert _run(base, cand, "--reference", free_port_url()) == 2
+    assert "reference" in capsys.readouterr().err and base.counts["POST", "/generate"] == 0
+    assert _run(base, cand, "--reference", base.url, "--tie-eps", "-1") == 2
+    assert capsys.readouterr().err.strip() == "shadow_compare: error: --tie-eps -1.0: must be >= 0"
 
 
 def test_first_difference():
