@@ -90,7 +90,8 @@ case "${1:-}" in
   fiplan)
     # DDTREE's host-sync-free flashinfer plan (worker.flashinfer_plan, SGLANG_DDTREE_FLASHINFER_PLAN=1):
     # `fiplan` its checks: the plan against upstream's plan() on FlashInfer (eager and in a CUDA graph, the mask
-    # packing natively) and sharp greedy parity with it on (b15 / b64 / no overlap) against plain flashinfer;
+    # packing natively), the host time of one plan piece by piece (bench_flashinfer_plan.py, GPU idle and busy),
+    # and sharp greedy parity with it on (b15 / b64 / no overlap) against plain flashinfer;
     # `fiplan shape`: the 8B-shape breakdown with it, paired with AR and DFLASH on fa3 and DDTREE on fa3 and on
     # upstream's flashinfer plan, in one run (fa3 and the JIT cache staged; c 1 / 32, 2 repetitions, profiles with
     # a 6-level call tree, the flashinfer traces returned)
@@ -116,7 +117,7 @@ case "${1:-}" in
       exit 0
     fi
     exec bash $PAR \
-      "unit=$PYT test/worker/test_flashinfer_plan_gpu.py test/worker/test_flashinfer_plan_interp.py" \
+      "unit=$PYT test/worker/test_flashinfer_plan_gpu.py test/worker/test_flashinfer_plan_interp.py test/benchmark/test_bench_flashinfer_plan.py && python3 benchmark/bench_flashinfer_plan.py --bs 1,8,32 --out \$CMD_OUT/plan_host_us.json" \
       "parity=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420"
     ;;
   quick)

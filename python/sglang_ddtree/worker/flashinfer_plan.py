@@ -25,6 +25,16 @@ buffers and clamps every key chunk to it (``chunk_start = min(tile * chunk, kv_l
 some chunks empty. The GPU test ``test/worker/test_flashinfer_plan_gpu.py`` checks this against upstream's plan
 on the same inputs (attention outputs, lengths below the bound, pad rows) and end to end (greedy parity).
 
+The schedule reaches the device as FlashInfer's own ``plan()`` sends it: written to the wrapper's pinned buffer
+and copied with ``cudaMemcpyAsync`` on the stream (``PrefillPlan`` in FlashInfer's ``scheduler.cuh``), which reads
+the host buffer when the copy runs. Upstream's plan() drains the stream first (its device-to-host copies); this
+one does not, so with the overlap scheduler the next round's plan of the same wrapper can be written before this
+round's copy has run (the scheduler waits for round k before it launches round k + 2, not k + 1). The replay then
+reads the later schedule, made for longer bounds of the same requests, which covers its keys by the argument
+above; upstream's own sync-free plans (``fast_decode_plan``, ``fast_prefill_plan`` for EAGLE's draft extend)
+reuse the buffer the same way. Session 18 measured this plan on the H200: its checks pass, but the round was
+slower, not faster (``benchmark/results/session18/``), so the switch stays off.
+
 Anything else (eager forwards, ragged or sliding-window or cross-attention wrappers, page_size > 1, a custom
 kv_start_idx, a mask bound past the wrapper's buffer, a FlashInfer this module was not written against) runs
 upstream's ``call_begin_forward`` unchanged. Upstream's plan must have run once on the wrapper (the capture
@@ -37,9 +47,10 @@ FlashInfer internals read (FlashInfer 0.6.14, SGLang 0.5.16's pin; ``TESTED_FLAS
 ``_mask_indptr_buf``, and the fields ``plan()`` sets (``_plan_info``, ``_batch_size``, ``_num_qo_heads``,
 ``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``, ``_max_kv_len``).
 
-Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default until
-its GPU test has passed on the H200; set with another FlashInfer than ``TESTED_FLASHINFER`` it is refused at
-argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
+Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default: its
+GPU test and parity passed on the H200 (session 18) but the round measured slower with it; where the time goes is
+what ``benchmark/bench_flashinfer_plan.py`` times. Set with another FlashInfer than ``TESTED_FLASHINFER`` it is
+refused at argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
 this hook hands back to upstream).
 """
 
