@@ -474,6 +474,8 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
             bad = invalid[(spec, c)]
             ms = [m for rep, m in enumerate(all_ms) if rep not in bad]
             rec = res.setdefault(spec, {})[str(c)] = {"round_ms": [round(m["round_ms"], 4) for m in all_ms]}
+            if all("loadavg_1m" in m for m in all_ms):
+                rec["loadavg_1m"] = [m["loadavg_1m"] for m in all_ms]
             if bad:
                 rec["invalid_repetitions"] = {str(rep): why for rep, why in bad.items()}
             if not ms:
@@ -578,6 +580,9 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
                      for spec in configs[rep % len(configs):] + configs[: rep % len(configs)]]
             for k, (c, spec) in enumerate(order):
                 m = _round_ms(spec, c, children[spec].ask({"op": "measure", "c": c, "rep": rep}), args)
+                # the host's 1-minute load average after each measurement: a CPU-bound round is slowed by other
+                # busy threads on the machine (session 18: every function of one engine's round 1.3-1.7x slower)
+                m["loadavg_1m"] = round(os.getloadavg()[0], 2)
                 runs[spec][c].append(m)
                 print(f"[bench_shape] {shape} rep {rep + 1}/{args.repeats} c {c:>3} {spec:>22}: "
                       f"{m['round_ms']:8.3f} ms/round (rounds {m['rounds'][0]} -> {m['rounds'][1]}, "

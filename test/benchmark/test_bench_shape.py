@@ -209,6 +209,9 @@ def test_report_records_how_it_ran(run):
     assert rep["settings"]["fake_engine"] is True and rep["settings"]["engine"]["load_format"] == "dummy"
     assert rep["settings"]["engine"]["cuda_graph_max_bs_decode"] == 4
     assert rep["settings"]["engine"]["sleep_on_idle"] is True  # idle engines must not spin next to the timed one
+    for spec in CONFIGS:  # the host's load beside every measurement
+        loads = rep["results"]["qwen3-8b"][spec]["1"]["loadavg_1m"]
+        assert len(loads) == 3 and all(x >= 0 for x in loads)
     assert rep["settings"]["baselines"] == ["dflash+fa3", "plain"] and rep["errors"] == {}
     assert rep["accept_table"] == shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS)
     assert "bench_shape.py" in rep["command"] and "--profile-concurrency 4" in rep["command"]
