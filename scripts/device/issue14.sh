@@ -20,8 +20,9 @@
 #     bash scripts/device/issue14.sh kvgraph    # the draft-KV graphs (SGLANG_DDTREE_DRAFT_KV_GRAPH=1, fa3 staged): unit, features
 #                                               # on fa3 and triton, T > 0 on fa3, sharp parity on triton and fa3;
 #                                               # and features on fa3 as configured by default
-#     bash scripts/device/issue14.sh fiplan [shape]  # DDTREE's host-sync-free flashinfer plan: its GPU checks and
-#                                               # parity (one call), then the 8B-shape breakdown with it (fa3 staged)
+#     bash scripts/device/issue14.sh fiplan [unit|shape]  # DDTREE's host-sync-free flashinfer plan: its GPU checks,
+#                                               # its host time and parity (one call; `unit`: without parity), then
+#                                               # the 8B-shape breakdown with it (fa3 staged)
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
@@ -116,8 +117,11 @@ case "${1:-}" in
       ls -la "$OUT"
       exit 0
     fi
-    exec bash $PAR \
-      "unit=$PYT test/worker/test_flashinfer_plan_gpu.py test/worker/test_flashinfer_plan_interp.py test/benchmark/test_bench_flashinfer_plan.py && python3 benchmark/bench_flashinfer_plan.py --bs 1,8,32 --out \$CMD_OUT/plan_host_us.json" \
+    UNIT="unit=$PYT test/worker/test_flashinfer_plan_gpu.py test/worker/test_flashinfer_plan_interp.py test/benchmark/test_bench_flashinfer_plan.py && python3 benchmark/bench_flashinfer_plan.py --bs 1,8,32 --out \$CMD_OUT/plan_host_us.json"
+    # `fiplan unit`: only the GPU tests and the host timing (~1 minute; parity passed in session 18 and the
+    # plan has not changed since)
+    [ "${2:-}" = unit ] && exec bash $PAR "$UNIT"
+    exec bash $PAR "$UNIT" \
       "parity=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420"
     ;;
   quick)
@@ -164,7 +168,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|fiplan [shape]|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [unit|shape]|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac
