@@ -24,8 +24,8 @@ diverges from plain decoding in 10 of 16 prompts that way). ``--reference URL``,
 WITHOUT speculative decoding (DFLASH and DDTREE refuse ``return_logprob``), classifies each divergence: after the
 prompt and the common output prefix it asks the reference (``/generate``, one token, ``return_logprob``,
 ``token_ids_logprob`` = both tokens) for the log-probabilities of the baseline's and the candidate's token, and
-calls the divergence a near-tie when they differ by at most ``--tie-eps`` (default 0.2: the largest gap our
-GPU parity runs saw between attention backends on the trained tiny pair was 0.194). A divergence where one
+calls the divergence a near-tie when both lie within ``--tie-eps`` of the reference's own greedy token (default
+0.2: the largest gap our GPU parity runs saw between attention backends on the trained tiny pair was 0.194). A divergence where one
 output ended, or compared by text, cannot be classified. Exit codes: 0 every output identical, or with
 ``--reference`` every divergence a near-tie; 1 another divergence; 2 bad arguments, an endpoint unreachable at
 start, or a failed request (and no divergence).
@@ -76,7 +76,8 @@ def _post_json(ep: bs.Endpoint, payload: dict, timeout: float, api_key: Optional
 def reference_view(ref: bs.Endpoint, prompt: dict, base_ids: Sequence[int], cand_ids: Sequence[int], pos: int,
                    tie_eps: float, timeout: float, api_key: Optional[str] = None) -> dict:
     """The reference server's log-probabilities of the baseline's and the candidate's token at output ``pos``,
-    after the prompt and the common prefix ``base_ids[:pos]``; ``near_tie`` when they differ by <= ``tie_eps``.
+    after the prompt and the common prefix ``base_ids[:pos]``; ``gap``: how far the lower of the two lies below the
+    reference's greedy token; ``near_tie`` when that is <= ``tie_eps``.
     ``{"unclassified": why}`` where one output ended at ``pos`` or the reference did not answer."""
     if pos >= len(base_ids) or pos >= len(cand_ids):
         return {"unclassified": "one output ended at this position"}
@@ -93,7 +94,9 @@ def reference_view(ref: bs.Endpoint, prompt: dict, base_ids: Sequence[int], cand
                                 "return_logprob": True, "token_ids_logprob": [b, c]}, timeout, api_key)
         lp = {int(t[1]): float(t[0]) for t in meta["output_token_ids_logprobs"][0]}
         top_lp, top_id = meta["output_token_logprobs"][0][:2]
-        gap = abs(lp[b] - lp[c])
+        # how far the worse of the two falls below the reference's own greedy token (lp(b) - lp(c) when the
+        # reference picks b): a near-tie only if both are within tie_eps of the best, not merely of each other
+        gap = max(0.0, float(top_lp) - min(lp[b], lp[c]))
     except (ValueError, KeyError, IndexError, TypeError) as e:
         return {"unclassified": f"reference {ref.url}: {type(e).__name__}: {e}"[:300]}
     return {"baseline_token": b, "candidate_token": c, "baseline_logprob": round(lp[b], 5),
@@ -140,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reference", metavar="URL", help="a server of the same target without speculative decoding: "
                     "classifies each divergence by its log-probabilities (near-tie or not)")
     ap.add_argument("--tie-eps", type=float, default=0.2,
-                    help="a divergence is a near-tie when the reference's log-probs of both tokens differ by at most this")
+                    help="a divergence is a near-tie when both tokens' reference log-probs are within this of its best")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     ap.add_argument("--api-key")
     ap.add_argument("--out", help="the JSON report")

@@ -163,6 +163,11 @@ def test_reference_gap_beyond_eps_fails(fakes, tmp_path, capsys):
     assert [r["input_ids"] for r in ref.logprob_requests] == [[5, 6, 7] + b0[:2], [8, 9] + b1[:4]]
     # a wider --tie-eps takes both
     assert _run(base, cand, "--prompts", str(p), "--reference", ref.url, "--tie-eps", "2.5") == 0
+    # close to each other is not enough: both must be close to the reference's own best token
+    third = fakes(logprobs=lambda ids, toks: (999, -0.01, {toks[0]: -3.00, toks[1]: -3.02}))
+    capsys.readouterr()
+    assert _run(base, cand, "--prompts", str(p), "--reference", third.url) == 1
+    assert "(gap 3.01: NOT a near-tie); its own greedy token 999" in capsys.readouterr().out
 
 
 def test_reference_cannot_classify_an_ended_output_or_a_refusal(fakes, capsys):
