@@ -237,6 +237,7 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
     where = {id(r): place(r.get("pid"), r.get("tid"), r["ts"]) for r in runtime}
     launched = defaultdict(list)
     kernels = defaultdict(Counter)  # phase -> GPU op name -> summed duration (graph-replayed ops included)
+    grids = defaultdict(Counter)  # (phase, GPU op name) -> launch grid ("XxYxZ", as the trace records it) -> count
     unlinked = 0
     for g, r in _launchers(events, runtime):
         if r is None:
@@ -247,6 +248,9 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
             sums[where[id(r)]]["gpu"] += g.get("dur", 0.0)
             sums[where[id(r)]]["ops"] += 1
             kernels[where[id(r)]][g.get("name", "?")[:120]] += g.get("dur", 0.0)
+            grid = g.get("args", {}).get("grid")
+            if grid:
+                grids[where[id(r)], g.get("name", "?")[:120]]["x".join(str(v) for v in grid)] += 1
             if _launch_kind(r["name"]) == "graph":
                 sums[where[id(r)]]["graph_gpu"] += g.get("dur", 0.0)
     syncs = Counter()
@@ -280,6 +284,12 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
         if kernels.get(k):  # the GPU ops that take the phase's time, largest first (TOP_KERNELS of them)
             row_["top_kernels_us_per_round"] = {name: round(us / n, 1)
                                                for name, us in kernels[k].most_common(TOP_KERNELS)}
+            # their launch grids per round: a graph-replayed kernel has no CPU op with input shapes, and its grid
+            # is what tells two runs' row counts apart (session 18: the same GEMMs 10 % slower in one graph)
+            seen = {name: {g: round(c / n, 2) for g, c in grids[k, name].most_common(4)}
+                    for name in row_["top_kernels_us_per_round"] if grids.get((k, name))}
+            if seen:
+                row_["top_kernel_grids_per_round"] = seen
     phases[OUTSIDE_PHASES] = out(outside_phases, calls=False)
     in_rounds = list(sums.values()) + [outside_phases]
     return {

@@ -67,8 +67,11 @@ class Trace:
         if self.link != "external" and ops:
             self.events.append({"ph": "s", "id": self._corr, "pid": PID, "tid": TID, "ts": ts, "cat": "ac2g",
                                 "name": "ac2g"})
-        for op_cat, op_name, op_ts, op_dur in ops:
+        for op in ops:
+            op_cat, op_name, op_ts, op_dur = op[:4]
             op_args = {"device": DEVICE, "context": 1, "stream": STREAM, "correlation": self._corr}
+            if len(op) > 4:  # the launch grid, as Kineto records it for kernels
+                op_args["grid"] = op[4]
             if ext is not None:
                 op_args["External id"] = ext
             if self.link != "correlation":
@@ -124,7 +127,7 @@ def ddtree_trace(link: str = "correlation") -> dict:
         t.call("cuLaunchKernelEx", o + 130, [kernel("build_tree_kernel", o + 140, 10)], cat="cuda_driver")
         t.py(f"{WORKER}(230): _verify", o + 200, 60, r)
         t.call("cudaStreamIsCapturing", o + 205)
-        t.call("cudaGraphLaunch", o + 210, [kernel("attn", o + 220, 100), kernel("mlp", o + 320, 50),
+        t.call("cudaGraphLaunch", o + 210, [kernel("attn", o + 220, 100), ("kernel", "mlp", o + 320, 50, [4, 12, 1]),
                                             kernel("lm_head", o + 370, 50), kernel("memcpy32_post", o + 420, 2)])
         t.call("cudaLaunchKernel", o + 265, [kernel("glue", o + 430, 4)])  # in the round, in no child
         t.py("sglang_ddtree/tree/accept.py(20): greedy_accept_commit", o + 300, 200, r)
@@ -166,6 +169,9 @@ def test_phase_gpu_times_launches_and_cpu_times_are_recovered_exactly():
     # which GPU ops take a phase's time, graph-replayed ones included, largest first
     top = rep["phases"]["_verify"]["top_kernels_us_per_round"]
     assert list(top.items())[:3] == [("attn", 100), ("mlp", 50), ("lm_head", 50)] and top["memcpy32_post"] == 2
+    # launch grids where the trace has them (graph-replayed kernels have no input shapes)
+    assert rep["phases"]["_verify"]["top_kernel_grids_per_round"] == {"mlp": {"4x12x1": 1.0}}
+    assert "top_kernel_grids_per_round" not in rep["phases"]["_draft"]
     assert rep["gpu_ops_unlinked"] == 0
     # the existing keys keep their meaning
     assert rep["gpu_busy_us_per_round"] == (N * (BUSY - 5) + (N - 1) * 5) / N
