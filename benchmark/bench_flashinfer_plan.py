@@ -144,11 +144,7 @@ def run(bs_list: Sequence[int], prefix: int, iters: int, busy_ms: float) -> Dict
             "ours.pack_tree_mask": lambda: fp.pack_tree_mask(case.mask, case.qo_indptr, case.kv_indptr,
                                                              case.w._custom_mask_buf, case.w._mask_indptr_buf,
                                                              layout[4]),
-            "ours.cached_module_plan": lambda: case.w._cached_module.plan(
-                case.w._float_workspace_buffer, case.w._int_workspace_buffer,
-                case.w._pin_memory_int_workspace_buffer, layout[0], layout[1], layout[2],
-                case.w._max_total_num_rows, bs, HEADS, KV_HEADS, 1, True, HEAD_DIM, HEAD_DIM, False, -1, -1, False,
-                0),
+            "ours.cached_module_plan": lambda: fp.schedule(case.w, *layout[:3], bs, HEADS, KV_HEADS, HEAD_DIM),
         }
         row = {}
         for busy in (0.0, busy_ms) if busy_ms > 0 else (0.0,):

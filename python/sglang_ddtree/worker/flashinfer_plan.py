@@ -251,11 +251,19 @@ def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_len
     wrapper._qo_indptr_last = total_rows
     wrapper._max_q_len = n
     wrapper._max_kv_len = int(kv_lens_host.max())
-    wrapper._plan_info = wrapper._cached_module.plan(
+    wrapper._plan_info = schedule(wrapper, qo_host, kv_host, kv_lens_host, bs, updater.num_qo_heads,
+                                  updater.num_kv_heads, updater.head_dim)
+    return True
+
+
+def schedule(wrapper, qo_host, kv_host, kv_lens_host, bs: int, num_qo_heads: int, num_kv_heads: int,
+             head_dim: int):
+    """FlashInfer's fa2 schedule of a CUDA-graph wrapper from host indptrs / key counts (page_size 1, causal off,
+    no window), as its ``plan()`` makes it: ``_cached_module.plan``'s plan info."""
+    return wrapper._cached_module.plan(
         wrapper._float_workspace_buffer, wrapper._int_workspace_buffer, wrapper._pin_memory_int_workspace_buffer,
-        qo_host, kv_host, kv_lens_host, wrapper._max_total_num_rows, bs, updater.num_qo_heads,
-        updater.num_kv_heads, 1, True, updater.head_dim, updater.head_dim, False, -1,
+        qo_host, kv_host, kv_lens_host, wrapper._max_total_num_rows, bs, num_qo_heads, num_kv_heads, 1, True,
+        head_dim, head_dim, False, -1,
         -1, False, 0,  # fa2: fixed_split_size, disable_split_kv, num_colocated_ctas
     )
-    return True
 
