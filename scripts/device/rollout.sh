@@ -14,6 +14,9 @@
 #     bash scripts/device/rollout.sh faults   # KV pool too small (retraction) + server restart under load, ~7 min
 #     bash scripts/device/rollout.sh soak     # mixed soak at concurrency 64, DDTREE_SOAK_S=300 (default here), ~8 min
 #     bash scripts/device/rollout.sh fail     # only the failing server's wait-healthy check (~1-2 min with the start)
+#     bash scripts/device/rollout.sh restart_soak   # the restart (DDTREE_RESTART_LOAD_S=120) then a shorter soak
+#                                             # (DDTREE_SOAK_S=200), one after the other (the soak samples the whole
+#                                             # GPU's memory: no other server may start beside it), ~8 min
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/rollout_out}
@@ -45,8 +48,12 @@ case "${1:-}" in
   soak)
     DDTREE_SOAK_S=${DDTREE_SOAK_S:-300} SUITE=soak FILE_TIMEOUT=570 exec bash scripts/device/gpu_suite.sh \
       "test/worker/test_faults_gpu.py@soak" ;;
+  restart_soak)
+    DDTREE_RESTART_LOAD_S=${DDTREE_RESTART_LOAD_S:-120} DDTREE_SOAK_S=${DDTREE_SOAK_S:-200} SUITE=restart_soak \
+      FILE_TIMEOUT=${FILE_TIMEOUT:-330} exec bash scripts/device/gpu_suite.sh \
+      "test/worker/test_faults_gpu.py@restart" "test/worker/test_faults_gpu.py@soak" ;;
   ""|fail) ;;
-  *) echo "usage: bash scripts/device/rollout.sh [faults|soak|fail]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/device/rollout.sh [faults|soak|restart_soak|fail]" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT/plots" "$OUT/logs"
 # shellcheck disable=SC1091

@@ -11,6 +11,7 @@ CPU (``test_faults_load_logic.py``).
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import re
@@ -106,6 +107,7 @@ def execute(base: str, spec: Spec, timeout_s: float) -> Outcome:
     deadline = out.t_start + timeout_s
     body = {"input_ids": list(spec.input_ids), "sampling_params": spec.sampling_params, "rid": spec.rid,
             "stream": spec.stream}
+    done = False  # a stream's closing "data: [DONE]"
     try:
         with _post(base, "/generate", body, timeout_s) as resp:
             if not spec.stream:
@@ -120,6 +122,7 @@ def execute(base: str, spec: Spec, timeout_s: float) -> Outcome:
                         continue
                     payload = line[len("data:"):].strip()
                     if payload == "[DONE]":
+                        done = True
                         break
                     chunk = json.loads(payload)
                     out.chunks += 1
@@ -130,13 +133,18 @@ def execute(base: str, spec: Spec, timeout_s: float) -> Outcome:
                         break  # leaving the with-block closes the connection: SGLang aborts the request
                     if spec.kind == "abort" and out.chunks == spec.abort_after_chunks:
                         _post(base, "/abort_request", {"rid": spec.rid}, 30).close()
+        if out.status == "pending" and spec.stream and not done and out.finish is None:
+            # the connection closed cleanly mid-answer (a server stopped by SIGTERM does this): no answer
+            out.status, out.error = "transport", f"the stream ended after {out.chunks} chunks without a finish " \
+                                                 "reason or [DONE]"
         if out.status == "pending":
             out.status = "aborted" if (out.finish or {}).get("type") == "abort" else "completed"
     except urllib.error.HTTPError as e:
         out.status, out.http_status, out.error = "http_error", e.code, e.read().decode(errors="replace")[:2000]
     except TimeoutError as e:
         out.status, out.error = "timeout", f"no answer within {timeout_s:g} s ({e})"
-    except (OSError, ValueError) as e:  # refused / reset / closed mid-answer; a broken JSON answer
+    except (OSError, ValueError, http.client.HTTPException) as e:  # refused / reset / cut mid-answer
+        # (IncompleteRead is an HTTPException, not an OSError); a broken JSON answer
         out.status, out.error = "transport", f"{type(e).__name__}: {e}"
     out.t_end = time.monotonic()
     return out
@@ -163,8 +171,9 @@ def _stream_step(out: Outcome, chunk: dict) -> bool:
 
 def execute_with_retries(base: str, spec: Spec, timeout_s: float, retry_for_s: float, backoff_s: float = 1.0,
                          sleep: Callable[[float], None] = time.sleep) -> Outcome:
-    """``execute`` again (from scratch) after a transport error, a timeout or an HTTP 5xx, until it completes
-    or ``retry_for_s`` has passed since the first try: what a client does across a server restart."""
+    """``execute`` again (from scratch) after a transport error (a stream cut short included), a timeout or an
+    HTTP 5xx, until it completes or ``retry_for_s`` has passed since the first try: what a client does across a
+    server restart."""
     t0, attempts = time.monotonic(), 0
     while True:
         out = execute(base, spec, timeout_s)

@@ -7,6 +7,7 @@ can be made to misbehave one way at a time (a flipped greedy token, an ignored a
 by the rules the GPU test applies, and the honest fake must pass them. Says nothing about DDTREE itself.
 """
 
+import dataclasses
 import json
 import threading
 import time
@@ -36,7 +37,7 @@ class Fake:
 
     def __init__(self, **faults):
         self.faults = faults
-        self.aborted, self.lock = set(), threading.Lock()
+        self.aborted, self.cut, self.lock = set(), set(), threading.Lock()
 
 
 def _handler(fake):
@@ -96,6 +97,9 @@ def _handler(fake):
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
+            with fake.lock:  # cut_streams_once: each rid's first stream stops after one chunk, as a server
+                cut = fake.faults.get("cut_streams_once") and rid not in fake.cut  # stopped by SIGTERM does
+                fake.cut.add(rid)
             try:
                 for m in range(4, len(out) + 4, 4):
                     m = min(m, len(out))
@@ -104,6 +108,9 @@ def _handler(fake):
                     fin = {"type": "abort", "message": "aborted"} if aborted else (finish if m == len(out) else None)
                     self.wfile.write(f"data: {json.dumps(answer(m, fin))}\n\n".encode())
                     self.wfile.flush()
+                    if cut:
+                        self.close_connection = True
+                        return  # no finish reason, no [DONE]: the connection just closes
                     if fin is not None:
                         break
                     time.sleep(0.03 if n > 100 else 0.002)  # long (abort) requests: time for the abort to land
@@ -275,6 +282,19 @@ def test_retrying_clients_ride_out_a_restart_on_the_same_port(serve):
                       mix, 2, 0.2, 10)
     assert all(o.status == "transport" and o.attempts >= 2 for o in gone.outcomes), \
         [(o.status, o.attempts) for o in gone.outcomes]
+
+
+def test_a_stream_cut_short_is_a_transport_failure_that_a_retrying_client_repeats(serve):
+    base = serve(cut_streams_once=True).base
+    quiet = L.quiet_run(lambda s: L.execute(base, s, 10), PROMPTS)
+    spec = next(s for s in L.request_mix(PROMPTS, CONTEXT, 0, {"stream": 1}))
+    once = L.execute(base, spec, 10)
+    assert once.status == "transport" and "without a finish reason or [DONE]" in once.error, once
+    v = L.check_outcomes([once], quiet, _decode)
+    assert v.failures and "no complete answer (transport" in v.failures[0], v.failures
+    again = L.execute_with_retries(base, dataclasses.replace(spec, rid="r-again"), 10, retry_for_s=10,
+                                   backoff_s=0.05)
+    assert again.status == "completed" and again.attempts == 2 and again.output_ids == quiet[spec.prompt], again
 
 
 # ---- memory and metrics -------------------------------------------------------------------------------
