@@ -13,6 +13,9 @@ round, so throughput is projected as c * tau / round_ms from an accept-length ta
 or the built-in one below). ``--profile-dir`` also records a torch-profiler trace per config and listed
 concurrency, embeds ``analyze_trace.analyze`` of it and reports the round's time outside its CUDA graphs
 (``outside_graphs_ms``: unprofiled median round minus the profiled GPU time of the graph-replayed forwards).
+Beside every measurement and profile: the host's 1-minute load average and the GPU's SM clock, power draw,
+temperature and throttle reasons while it ran (``gpu``, from ``gpu_clocks.py``), so that two configs of one run
+can be compared at equal clocks.
 
     python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b,qwen3.5-9b] \
         [--configs plain,dflash,ddtree:16:8,ddtree:64:8,ddtree:auto:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
@@ -109,6 +112,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment  # noqa: E402
+from gpu_clocks import GpuSampler  # noqa: E402
 
 from shape_budgets import (ACCEPT_TABLE_ENV, AUTO_BUCKETS, BUDGET_COUNT_SETTINGS, config_env,  # noqa: E402
                            count_diff, settled_budget_rounds)
@@ -476,6 +480,8 @@ def summarize(runs: dict, table: dict, baselines: list) -> tuple[dict, dict]:
             rec = res.setdefault(spec, {})[str(c)] = {"round_ms": [round(m["round_ms"], 4) for m in all_ms]}
             if all("loadavg_1m" in m for m in all_ms):
                 rec["loadavg_1m"] = [m["loadavg_1m"] for m in all_ms]
+            if all("gpu" in m for m in all_ms):  # per repetition, as round_ms
+                rec["gpu"] = [m["gpu"] for m in all_ms]
             if bad:
                 rec["invalid_repetitions"] = {str(rep): why for rep, why in bad.items()}
             if not ms:
@@ -579,14 +585,19 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             order = [(c, spec) for c in args.concurrency
                      for spec in configs[rep % len(configs):] + configs[: rep % len(configs)]]
             for k, (c, spec) in enumerate(order):
-                m = _round_ms(spec, c, children[spec].ask({"op": "measure", "c": c, "rep": rep}), args)
+                # the GPU's SM clock, power and throttle reasons during the measurement (gpu_clocks: same
+                # kernels 7-11 % slower in one config than in another of the same run, sessions 17-18)
+                with GpuSampler() as gpu:
+                    answer = children[spec].ask({"op": "measure", "c": c, "rep": rep})
+                m = _round_ms(spec, c, answer, args)
+                m["gpu"] = gpu.summary()
                 # the host's 1-minute load average after each measurement: a CPU-bound round is slowed by other
                 # busy threads on the machine (session 18: every function of one engine's round 1.3-1.7x slower)
                 m["loadavg_1m"] = round(os.getloadavg()[0], 2)
                 runs[spec][c].append(m)
                 print(f"[bench_shape] {shape} rep {rep + 1}/{args.repeats} c {c:>3} {spec:>22}: "
                       f"{m['round_ms']:8.3f} ms/round (rounds {m['rounds'][0]} -> {m['rounds'][1]}, "
-                      f"accept {m['accept_length']:.2f}{_budgets_note(m)})", flush=True)
+                      f"accept {m['accept_length']:.2f}{_budgets_note(m)}{_gpu_note(m['gpu'])})", flush=True)
                 # after every measurement, not every repetition: session 17's cold engines left one repetition
                 # too little time to finish, and the killed run kept none of its measurements
                 if on_repetition is not None:
@@ -595,10 +606,11 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             for c in args.profile_concurrency:
                 d = os.path.join(os.path.abspath(args.profile_dir), shape, spec.replace(":", "_").replace("+", "_"),
                                  f"c{c}")
-                d = children[spec].ask({"op": "profile", "c": c, "dir": d})["dir"]
+                with GpuSampler() as gpu:
+                    d = children[spec].ask({"op": "profile", "c": c, "dir": d})["dir"]
                 # analysed at once and handed on with the summary, so a run killed before the last profile keeps
                 # the breakdowns it took (session 16's close call ran out of time while profiling)
-                profiles[spec, c] = _analyze_profile(d, args.profile_depth)
+                profiles[spec, c] = {**_analyze_profile(d, args.profile_depth), "gpu": gpu.summary()}
                 if on_repetition is not None:
                     results, best = summarize(runs, args.table, args.baselines)
                     on_repetition(_with_profiles(results, profiles), best, engines, args.repeats)
@@ -624,6 +636,13 @@ def _with_profiles(results: dict, profiles: dict) -> dict:
         m["profile"] = profile
         m.update(outside_graphs(m["round_ms_median"], profile))
     return results
+
+
+def _gpu_note(gpu: dict) -> str:
+    if gpu.get("sm_mhz_median") is None:
+        return ""
+    throttle = ",".join(gpu.get("throttle") or []) or "none"
+    return f", SM {gpu['sm_mhz_median']:.0f} MHz, {gpu.get('power_w_median', float('nan')):.0f} W, throttle {throttle}"
 
 
 def _budgets_note(m: dict) -> str:

@@ -30,9 +30,21 @@ AUTO = "ddtree:auto:8"
 SHAPES = ["qwen3-8b", "qwen3-4b"]
 
 
-def _cli(*args, fake=True, timeout=120):
+def _cli(*args, fake=True, timeout=120, path_first=None):
     env = dict(os.environ, BENCH_SHAPE_FAKE_ENGINE="1") if fake else dict(os.environ)
+    if path_first:
+        env["PATH"] = path_first + os.pathsep + env.get("PATH", "")
     return subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _fake_nvidia_smi(bin_dir):
+    """An nvidia-smi that reports a GPU at its power cap: 1755 MHz, 650 W, 60 C, sw_power_cap (0x4)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/usr/bin/env bash\ncase \"$*\" in *reasons*) echo '1755, 650.0, 60, 0x4' ;; "
+                   "*) echo '1755, 650.0, 60' ;; esac\n")
+    smi.chmod(0o755)
+    return str(bin_dir)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +54,7 @@ def run(tmp_path_factory):
     proc = _cli("--out", str(out), "--shapes", ",".join(SHAPES), "--configs", ",".join(CONFIGS),
                 "--concurrency", "1,4", "--repeats", "3", "--new-tokens", "32", "--base-tokens", "8",
                 "--model-dir", str(tmp / "models"), "--profile-dir", str(tmp / "prof"), "--profile-concurrency", "4",
-                "--profile-depth", "2", timeout=300)
+                "--profile-depth", "2", timeout=300, path_first=_fake_nvidia_smi(tmp / "bin"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(out.read_text()), tmp
 
@@ -209,9 +221,14 @@ def test_report_records_how_it_ran(run):
     assert rep["settings"]["fake_engine"] is True and rep["settings"]["engine"]["load_format"] == "dummy"
     assert rep["settings"]["engine"]["cuda_graph_max_bs_decode"] == 4
     assert rep["settings"]["engine"]["sleep_on_idle"] is True  # idle engines must not spin next to the timed one
-    for spec in CONFIGS:  # the host's load beside every measurement
+    for spec in CONFIGS:  # the host's load and the GPU's clock beside every measurement
         loads = rep["results"]["qwen3-8b"][spec]["1"]["loadavg_1m"]
         assert len(loads) == 3 and all(x >= 0 for x in loads)
+        gpu = rep["results"]["qwen3-8b"][spec]["1"]["gpu"]
+        assert len(gpu) == 3 and all(g["samples"] >= 1 and g["sm_mhz_median"] == 1755.0 and g["power_w_max"] == 650.0
+                                     and g["throttle"] == ["sw_power_cap"] for g in gpu), gpu
+        assert rep["results"]["qwen3-4b"][spec]["4"]["profile"]["gpu"]["sm_mhz_min"] == 1755.0
+    assert "SM 1755 MHz, 650 W, throttle sw_power_cap" in run[0].stdout
     assert rep["settings"]["baselines"] == ["dflash+fa3", "plain"] and rep["errors"] == {}
     assert rep["accept_table"] == shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS)
     assert "bench_shape.py" in rep["command"] and "--profile-concurrency 4" in rep["command"]
