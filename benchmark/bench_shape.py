@@ -587,7 +587,7 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             for k, (c, spec) in enumerate(order):
                 # the GPU's SM clock, power and throttle reasons during the measurement (gpu_clocks: same
                 # kernels 7-11 % slower in one config than in another of the same run, sessions 17-18)
-                with GpuSampler() as gpu:
+                with GpuSampler(every_s=0.5) as gpu:  # nvidia-smi costs CPU: twice a second
                     answer = children[spec].ask({"op": "measure", "c": c, "rep": rep})
                 m = _round_ms(spec, c, answer, args)
                 m["gpu"] = gpu.summary()
@@ -606,7 +606,7 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             for c in args.profile_concurrency:
                 d = os.path.join(os.path.abspath(args.profile_dir), shape, spec.replace(":", "_").replace("+", "_"),
                                  f"c{c}")
-                with GpuSampler() as gpu:
+                with GpuSampler(every_s=0.5) as gpu:  # nvidia-smi costs CPU: twice a second
                     d = children[spec].ask({"op": "profile", "c": c, "dir": d})["dir"]
                 # analysed at once and handed on with the summary, so a run killed before the last profile keeps
                 # the breakdowns it took (session 16's close call ran out of time while profiling)
