@@ -13,7 +13,9 @@ out):
     its function name (qualified by its file where two children share one): CPU us and calls per round, and
     the device work it launched: GPU us (sum of durations), kernels (every GPU op: kernel, memcpy, memset),
     eager launches (cudaLaunchKernel*, cuLaunchKernel*, cudaMemcpy*, cudaMemset*) and CUDA-graph launches
-    (cudaGraphLaunch; the graph's kernels are its GPU work). ``(outside phases)`` is what the round launched
+    (cudaGraphLaunch; the graph's kernels are its GPU work), and the part of that GPU time during which another
+    stream was busy too (``gpu_overlapped_us_per_round``: the same kernels run slower beside other work), the
+    top GPU ops by time and their launch grids. ``(outside phases)`` is what the round launched
     outside any child (its CPU time is the round's self time); ``outside_rounds`` what the scheduler thread
     launched between the first and the last round's end outside every round (CPU: the wall time there);
   - GPU idle per round (the round period minus GPU busy, over the first to the last round start), the median
@@ -93,6 +95,33 @@ def _merged(intervals) -> list:
         else:
             out.append([s, e])
     return out
+
+
+def _stream(op: dict):
+    return op.get("args", {}).get("stream", op.get("tid"))
+
+
+def _other_streams(events: list) -> dict:
+    """stream -> (merged busy intervals of every OTHER stream's GPU ops, their starts): what could run beside
+    that stream's ops."""
+    by_stream = defaultdict(list)
+    for e in events:
+        if e.get("cat") in GPU_CATS and e.get("ph") == "X":
+            by_stream[_stream(e)].append((e["ts"], e["ts"] + e.get("dur", 0.0)))
+    out = {}
+    for s in by_stream:
+        merged = _merged([iv for t, ivs in by_stream.items() if t != s for iv in ivs])
+        out[s] = (merged, [m[0] for m in merged])
+    return out
+
+
+def _overlap(merged: list, starts: list, a: float, b: float) -> float:
+    """Length of [a, b] covered by ``merged`` (sorted, disjoint [start, end] lists; ``starts`` their starts)."""
+    total, i = 0.0, max(0, bisect.bisect_right(starts, a) - 1)
+    while i < len(merged) and merged[i][0] < b:
+        total += max(0.0, min(b, merged[i][1]) - max(a, merged[i][0]))
+        i += 1
+    return total
 
 
 def _launch_kind(name: str) -> str | None:
@@ -219,7 +248,7 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
 
     def row(key):
         return sums.setdefault(key, {"functions": set(), "cpu": 0.0, "calls": 0, "gpu": 0.0, "ops": 0,
-                                     "eager": 0, "graph": 0, "graph_gpu": 0.0})
+                                     "eager": 0, "graph": 0, "graph_gpu": 0.0, "overlapped": 0.0})
 
     self_cpu = 0.0
     for e in decode:
@@ -239,6 +268,9 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
     kernels = defaultdict(Counter)  # phase -> GPU op name -> summed duration (graph-replayed ops included)
     grids = defaultdict(Counter)  # (phase, GPU op name) -> launch grid ("XxYxZ", as the trace records it) -> count
     unlinked = 0
+    # GPU time of each phase's ops during which another stream was busy too: the same kernels run slower beside
+    # other work (session 18: DDTREE's verify GEMMs 7-11 % slower than DFLASH's, same tiles, same run)
+    others = _other_streams(events)
     for g, r in _launchers(events, runtime):
         if r is None:
             unlinked += 1
@@ -247,6 +279,8 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
         if where[id(r)] is not None:
             sums[where[id(r)]]["gpu"] += g.get("dur", 0.0)
             sums[where[id(r)]]["ops"] += 1
+            if others.get(_stream(g), ([],))[0]:
+                sums[where[id(r)]]["overlapped"] += _overlap(*others[_stream(g)], g["ts"], g["ts"] + g.get("dur", 0.0))
             kernels[where[id(r)]][g.get("name", "?")[:120]] += g.get("dur", 0.0)
             grid = g.get("args", {}).get("grid")
             if grid:
@@ -273,6 +307,7 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
                 "cpu_us_per_round": round(s["cpu"] / n, 1),
                 **({"calls_per_round": round(s["calls"] / n, 2)} if calls else {}),
                 "gpu_us_per_round": round(s["gpu"] / n, 1), "graph_gpu_us_per_round": round(s["graph_gpu"] / n, 1),
+                "gpu_overlapped_us_per_round": round(s["overlapped"] / n, 1),
                 "kernels_per_round": round(s["ops"] / n, 2),
                 "eager_launches_per_round": round(s["eager"] / n, 2),
                 "graph_launches_per_round": round(s["graph"] / n, 2)}
@@ -412,8 +447,9 @@ def _print_phases(rep: dict, min_us: float = 5.0) -> None:
           f" launches per round: {rep['eager_launches_per_round']:g} eager, {rep['graph_launches_per_round']:g}"
           f" graph; {rep['gpu_ops_unlinked']} GPU ops with no launching call found")
     syncs = "; ".join(f"{s['call']} x{s['per_round']:g} in {s['phase']}" for s in rep["host_syncs_per_round"])
-    print(f"  host syncs per round: {syncs or 'none'}")
-    print(f"  {'phase':<48} {'CPU us':>9} {'calls':>6} {'GPU us':>9} {'kernels':>8} {'eager':>7} {'graph':>6}")
+    print(f"  host syncs per round: {syncs or 'none'}  (beside: GPU us while another stream was busy too)")
+    print(f"  {'phase':<48} {'CPU us':>9} {'calls':>6} {'GPU us':>9} {'beside':>7} {'kernels':>8} {'eager':>7}"
+          f" {'graph':>6}")
     rows = list(rep["phases"].items()) + [(OUTSIDE_ROUNDS, rep["outside_rounds"])]
     hidden = 0
     for name, r in rows:
@@ -422,7 +458,8 @@ def _print_phases(rep: dict, min_us: float = 5.0) -> None:
             continue
         calls = f"{r['calls_per_round']:g}" if "calls_per_round" in r else "-"
         print(f"  {name[:48]:<48} {r['cpu_us_per_round']:>9.1f} {calls:>6} {r['gpu_us_per_round']:>9.1f}"
-              f" {r['kernels_per_round']:>8g} {r['eager_launches_per_round']:>7g}"
+              f" {r['gpu_overlapped_us_per_round']:>7.1f} {r['kernels_per_round']:>8g}"
+              f" {r['eager_launches_per_round']:>7g}"
               f" {r['graph_launches_per_round']:>6g}")
     if hidden:
         print(f"  ({hidden} phases under {min_us:g} us and launching nothing not shown)")

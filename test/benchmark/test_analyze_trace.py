@@ -46,8 +46,8 @@ class Trace:
                                                  "Ev Idx": self._py}})
         return self._py
 
-    def call(self, name: str, ts: float, ops=(), dur: float = 3.0, cat: str = "cuda_runtime"):
-        """One runtime / driver call at ts and the GPU ops (cat, name, ts, dur) it launched."""
+    def call(self, name: str, ts: float, ops=(), dur: float = 3.0, cat: str = "cuda_runtime", stream: int = STREAM):
+        """One runtime / driver call at ts and the GPU ops (cat, name, ts, dur) it launched on ``stream``."""
         self._corr += 1
         graph = name == "cudaGraphLaunch"
         ext = None if graph else self._ext + 1
@@ -69,17 +69,17 @@ class Trace:
                                 "name": "ac2g"})
         for op in ops:
             op_cat, op_name, op_ts, op_dur = op[:4]
-            op_args = {"device": DEVICE, "context": 1, "stream": STREAM, "correlation": self._corr}
+            op_args = {"device": DEVICE, "context": 1, "stream": stream, "correlation": self._corr}
             if len(op) > 4:  # the launch grid, as Kineto records it for kernels
                 op_args["grid"] = op[4]
             if ext is not None:
                 op_args["External id"] = ext
             if self.link != "correlation":
                 del op_args["correlation"]
-            self.events.append({"ph": "X", "cat": op_cat, "name": op_name, "pid": DEVICE, "tid": STREAM,
+            self.events.append({"ph": "X", "cat": op_cat, "name": op_name, "pid": DEVICE, "tid": stream,
                                 "ts": op_ts, "dur": op_dur, "args": op_args})
             if self.link != "external":
-                self.events.append({"ph": "f", "id": self._corr, "pid": DEVICE, "tid": STREAM, "ts": op_ts,
+                self.events.append({"ph": "f", "id": self._corr, "pid": DEVICE, "tid": stream, "ts": op_ts,
                                     "cat": "ac2g", "name": "ac2g", "bp": "e"})
 
     def dict(self) -> dict:
@@ -106,7 +106,8 @@ EXPECT = {  # phase -> (CPU us, GPU us, GPU ops, eager launches, graph launches)
 BUSY = 30 + 20 + 10 + 202 + 4 + 2 + 3 + 1 + 5  # per period, with the between-rounds kernel
 
 
-def ddtree_trace(link: str = "correlation") -> dict:
+def ddtree_trace(link: str = "correlation", side_stream: bool = False) -> dict:
+    """``side_stream``: _draft also launches a 30-us copy on stream 9 that runs beside the verify graph's mlp."""
     t = Trace(link)
     loop = t.py("sglang/srt/managers/scheduler.py(1050): event_loop_overlap", BASE - 100, 20_000)
     # A first round 10x the others (prefill-like): left out, and its launches counted nowhere.
@@ -123,6 +124,8 @@ def ddtree_trace(link: str = "correlation") -> dict:
         t.py("<built-in method softmax of type object at 0x7f5262d3e180>", o + 15, 50, draft)
         t.call("cudaLaunchKernel", o + 20, [kernel("draft_a", o + 30, 30)])
         t.call("cudaLaunchKernelExC", o + 40, [kernel("draft_gemm", o + 60, 20)])
+        if side_stream:  # mlp runs o + 320 .. 370: 30 us of it beside this copy
+            t.call("cudaLaunchKernel", o + 45, [kernel("side_copy", o + 330, 30)], stream=9)
         t.py("sglang_ddtree/tree/build.py(40): build_tree", o + 120, 50, r)
         t.call("cuLaunchKernelEx", o + 130, [kernel("build_tree_kernel", o + 140, 10)], cat="cuda_driver")
         t.py(f"{WORKER}(230): _verify", o + 200, 60, r)
@@ -177,6 +180,23 @@ def test_phase_gpu_times_launches_and_cpu_times_are_recovered_exactly():
     assert rep["gpu_busy_us_per_round"] == (N * (BUSY - 5) + (N - 1) * 5) / N
     assert rep["gpu_ops_per_round"] == (N * 11 + N - 1) / N
     assert rep["loop_function"] == "sglang/srt/managers/scheduler.py:event_loop_overlap"
+
+
+def test_gpu_time_beside_another_streams_work_is_counted_per_phase():
+    quiet = at.analyze(ddtree_trace()["traceEvents"])
+    assert all(row["gpu_overlapped_us_per_round"] == 0 for row in quiet["phases"].values())
+    rep = at.analyze(ddtree_trace(side_stream=True)["traceEvents"])
+    overlapped = {k: row["gpu_overlapped_us_per_round"] for k, row in rep["phases"].items()}
+    # the verify graph's mlp ran 30 us beside the side copy, and the copy (launched in _draft) beside the mlp
+    assert overlapped == {**{k: 0 for k in overlapped}, "_verify": 30.0, "_draft": 30.0}, overlapped
+
+
+def test_overlap_of_an_interval_with_merged_intervals():
+    merged = [[0.0, 10.0], [20.0, 30.0], [40.0, 45.0]]
+    starts = [m[0] for m in merged]
+    assert at._overlap(merged, starts, 5.0, 25.0) == 10.0  # 5..10 and 20..25
+    assert at._overlap(merged, starts, 10.0, 20.0) == 0.0 and at._overlap(merged, starts, -5.0, 50.0) == 25.0
+    assert at._overlap([], [], 0.0, 1.0) == 0.0
 
 
 def test_gpu_idle_and_the_largest_gap_with_where_the_cpu_was():
