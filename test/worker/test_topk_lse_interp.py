@@ -13,8 +13,10 @@ _RUN_HERE, _CUDA, DEV = kernel_test_mode(__file__, "SGLANG_DDTREE_TEST_TOPK_LSE_
 if _RUN_HERE:
     from sglang_ddtree.worker.draft_head import topk_lse
 
-    CASES = ([(5, 151936, 8, 4096), (40, 5000, 4, 4096), (3, 4096, 1, 4096)] if _CUDA else
-             [(3, 300, 4, 64), (2, 64, 8, 64), (4, 130, 1, 32), (2, 37, 8, 16)])  # (rows, V, K, block)
+    # (rows, V, K, block); the wide blocks (16384 on CUDA, one slice wider than the row here) are the launch
+    # configurations benchmark/bench_topk_lse.py compares
+    CASES = ([(5, 151936, 8, 4096), (40, 5000, 4, 4096), (3, 4096, 1, 4096), (5, 151936, 8, 16384)] if _CUDA else
+             [(3, 300, 4, 64), (2, 64, 8, 64), (4, 130, 1, 32), (2, 37, 8, 16), (3, 300, 4, 512)])
 
     def _logits(rows, vocab, seed, ties):
         g = torch.Generator().manual_seed(seed)

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""GPU time of the draft head's fused top-K + logsumexp (``draft_head.topk_lse`` on ``worker/kernels/topk_lse.py``)
+per launch configuration, against PyTorch's ``topk`` + ``logsumexp``, at the draft head's real shapes.
+
+Why: at the Qwen3-8B shape on the H200 (session 18, c 32, budget 15) ``topk_lse_slices_kernel`` took 349 us of each
+DDTREE round's draft (480 rows x 151936 logits): about 10x the time one read of those bf16 logits takes at the
+H200's bandwidth. Its cost is reductions, not memory: K + 2 block reductions per program, one program per
+(row, ``block`` columns). A wider block means fewer programs and fewer reductions in all; this measures which
+(block, num_warps) is fastest per row count, and checks each against PyTorch on the same logits (values and ids
+exact, lower id first on ties; logsumexp within 2e-5 relative).
+
+Rows: the draft head reduces (block size - 1) positions per request, at most 256 rows at once (its token chunk);
+``--rows 15,120,256`` covers c 1, c 8 and a full chunk. Times are CUDA-event medians over ``--iters`` launches
+after a warm-up, in microseconds.
+
+    python benchmark/bench_topk_lse.py [--rows 15,120,256] [--vocab 151936] [--topk 8] \\
+        [--configs 4096x8,8192x8,8192x16,16384x16,32768x16] [--iters 50] [--out X.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import List, Optional, Sequence, Tuple
+
+DEFAULT_CONFIGS = "4096x8,8192x8,8192x16,16384x16,32768x16"
+
+
+def parse_rows(text: str) -> List[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or any(r < 1 for r in out):
+        raise ValueError(f"--rows {text!r}: comma-separated row counts >= 1, e.g. 15,120,256")
+    return out
+
+
+def parse_configs(text: str) -> List[Tuple[int, int]]:
+    """'BLOCKxWARPS,...' -> [(block, warps)]; block a power of two >= 64, warps one of 1, 2, 4, 8, 16, 32."""
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        try:
+            block, warps = (int(v) for v in item.split("x"))
+        except ValueError:
+            block = warps = 0
+        if block < 64 or block & (block - 1) or warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"--configs {item!r}: BLOCKxWARPS with BLOCK a power of two >= 64 and WARPS one of "
+                             f"1, 2, 4, 8, 16, 32, e.g. {DEFAULT_CONFIGS}")
+        out.append((block, warps))
+    if not out:
+        raise ValueError(f"--configs {text!r}: at least one BLOCKxWARPS, e.g. {DEFAULT_CONFIGS}")
+    return out
+
+
+def _event_us(torch, fn, iters: int) -> float:
+    fn()  # compile / warm up
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return round(statistics.median(times), 1)
+
+
+def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple[int, int]], iters: int) -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("a CUDA GPU is required (the kernel's time is what this measures)")
+    from sglang_ddtree.worker.draft_head import topk_lse
+
+    out = {}
+    for rows in rows_list:
+        g = torch.Generator(device="cuda").manual_seed(rows)
+        logits = (torch.randn(rows, vocab, device="cuda", generator=g) * 4).to(torch.bfloat16)
+        wide = logits.float()
+        order = torch.sort(-wide, dim=-1, stable=True).indices[:, :topk]
+        want_val, want_lse = wide.gather(1, order), torch.logsumexp(wide, dim=-1)
+        val = torch.empty((rows, topk), dtype=torch.float32, device="cuda")
+        ids = torch.empty((rows, topk), dtype=torch.int64, device="cuda")
+        lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
+        rec = {"torch_topk_logsumexp_us": _event_us(
+            torch, lambda: (logits.float().topk(topk, dim=-1), torch.logsumexp(logits.float(), dim=-1)), iters)}
+        for block, warps in configs:
+            key = f"{block}x{warps}"
+            try:
+                topk_lse(logits, topk, val, ids, lse, backend="triton", block=block, num_warps=warps)
+            except Exception as e:  # a configuration that does not compile or launch (registers, shared memory)
+                rec[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+                continue
+            exact = bool(torch.equal(val, want_val) and torch.equal(ids, order))
+            lse_ok = bool(torch.allclose(lse, want_lse, rtol=2e-5, atol=0))
+            us = _event_us(torch, lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
+                                                   num_warps=warps), iters)
+            rec[key] = {"us": us, "exact": exact, "lse_ok": lse_ok}
+        ok = {k: v["us"] for k, v in rec.items() if isinstance(v, dict) and v.get("exact") and v.get("lse_ok")}
+        rec["fastest"] = min(ok, key=ok.get) if ok else None
+        out[str(rows)] = rec
+        print(f"[bench_topk_lse] rows {rows}: " + ", ".join(
+            f"{k} {v['us'] if isinstance(v, dict) and 'us' in v else v}" for k, v in rec.items()), flush=True)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_topk_lse", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="15,120,256", help="row counts (comma-separated)")
+    ap.add_argument("--vocab", type=int, default=151936, help="columns per row (Qwen3: 151936)")
+    ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="launch configurations BLOCKxWARPS (comma-separated)")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--out", help="JSON report")
+    args = ap.parse_args(argv)
+    try:
+        rows, configs = parse_rows(args.rows), parse_configs(args.configs)
+    except ValueError as e:
+        ap.error(str(e))
+    for flag, value, low in (("--vocab", args.vocab, 2), ("--topk", args.topk, 1), ("--iters", args.iters, 1)):
+        if value < low:
+            ap.error(f"{flag} {value}: must be at least {low}")
+    if args.topk > args.vocab:
+        ap.error(f"--topk {args.topk}: must be at most --vocab ({args.vocab})")
+    try:
+        results = run(rows, args.vocab, args.topk, configs, args.iters)
+    except (ImportError, RuntimeError) as e:
+        print(f"bench_topk_lse: error: {e}", file=sys.stderr)
+        return 1
+    if args.out:
+        import torch
+
+        report = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+                  "environment": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
+                                  "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                  "settings": {"rows": rows, "vocab": args.vocab, "topk": args.topk, "iters": args.iters,
+                               "configs": [f"{b}x{w}" for b, w in configs]},
+                  "by_rows": results}
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""benchmark/bench_topk_lse.py: argument errors are one line before anything runs, a machine without a GPU gets
+one error line (exit 1), and on a GPU (marked) every launch configuration's result equals PyTorch's top-K and
+logsumexp of the same logits, and the report names the fastest."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmark", "bench_topk_lse.py")
+_spec = importlib.util.spec_from_file_location("bench_topk_lse", SCRIPT)
+btl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(btl)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rows", "0"], "--rows '0': comma-separated row counts >= 1"),
+    (["--rows", "a"], "--rows 'a': comma-separated row counts >= 1"),
+    (["--configs", "4096"], "--configs '4096': BLOCKxWARPS with BLOCK a power of two >= 64"),
+    (["--configs", "3000x8"], "--configs '3000x8': BLOCKxWARPS"),
+    (["--configs", "4096x3"], "--configs '4096x3': BLOCKxWARPS"),
+    (["--configs", ","], "--configs ',': at least one BLOCKxWARPS"),
+    (["--iters", "0"], "--iters 0: must be at least 1"),
+    (["--topk", "9", "--vocab", "8"], "--topk 9: must be at most --vocab (8)"),
+])
+def test_argument_errors(args, message):
+    proc = _cli(*args)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") <= 3, proc.stderr
+
+
+def test_parsers():
+    assert btl.parse_rows("15,256") == [15, 256]
+    assert btl.parse_configs("4096x8, 16384x16") == [(4096, 8), (16384, 16)]
+    assert btl.parse_configs(btl.DEFAULT_CONFIGS)[0] == (4096, 8)  # the draft head's own default comes first
+
+
+def test_without_a_gpu_one_error_line():
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present: the GPU test below covers this machine")
+    except ImportError:
+        pass
+    proc = _cli("--iters", "1", "--rows", "2")
+    assert proc.returncode == 1 and proc.stderr.startswith("bench_topk_lse: error: "), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.gpu
+def test_every_configuration_matches_torch_and_the_fastest_is_named(tmp_path):
+    out = tmp_path / "topk.json"
+    proc = _cli("--rows", "15,256", "--iters", "5", "--configs", "4096x8,16384x16", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rep = json.loads(out.read_text())
+    for rows in ("15", "256"):
+        rec = rep["by_rows"][rows]
+        assert rec["torch_topk_logsumexp_us"] > 0
+        for key in ("4096x8", "16384x16"):
+            assert rec[key]["exact"] and rec[key]["lse_ok"] and rec[key]["us"] > 0, rec
+        assert rec["fastest"] in ("4096x8", "16384x16")
