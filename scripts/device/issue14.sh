@@ -23,6 +23,8 @@
 #     bash scripts/device/issue14.sh fiplan [unit|shape]  # DDTREE's host-sync-free flashinfer plan: its GPU checks,
 #                                               # its host time and parity (one call; `unit`: without parity), then
 #                                               # the 8B-shape breakdown with it (fa3 staged)
+#     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
+#                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
@@ -124,6 +126,11 @@ case "${1:-}" in
     exec bash $PAR "$UNIT" \
       "parity=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420"
     ;;
+  topk)
+    # the draft head's top-K + logsumexp per launch configuration (bench_topk_lse.py), each checked against
+    # PyTorch; its GPU tests first (~1 minute)
+    exec bash $PAR "topk=$PYT test/benchmark/test_bench_topk_lse.py test/worker/test_topk_lse_interp.py && python3 benchmark/bench_topk_lse.py --rows 15,120,224,256 --out \$CMD_OUT/topk_lse.json"
+    ;;
   quick)
     OUT=${OUT:-/tmp/quick_out}
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-300} OUT=$OUT/checks bash $PAR \
@@ -168,7 +175,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|fiplan [unit|shape]|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [unit|shape]|topk|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac
