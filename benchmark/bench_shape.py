@@ -36,7 +36,8 @@ be read here; ``mask_token`` "<|MASK|>" and ``dflash_config.block_size`` 16 are 
 written out; the field layout (``rope_parameters``, ``layer_types``) is that of the packaged tiny pair.
 SGLang's DFlash draft model has no embedding or LM head (it uses the target's): its tie flag changes nothing.
 Qwen3.5-9B (``qwen3.5-9b``, hybrid: its engines run text-only without the radix cache, and DDTREE's with its
-experimental hybrid switch, ``shape_settings``; budget auto is refused on hybrid targets): ``Qwen3_5ForConditionalGeneration``, 32 layers as 8 x (3 Gated DeltaNet + 1 full attention),
+experimental hybrid switch, ``shape_settings``; budget auto there sizes one recurrent state per row for its largest
+bucket, 64 rows per request, which DDTREE's validation refuses with the numbers where it does not fit): ``Qwen3_5ForConditionalGeneration``, 32 layers as 8 x (3 Gated DeltaNet + 1 full attention),
 hidden 4096, intermediate 12288, 16 / 4 heads x head_dim 256 with the output gate, linear attention 16 key /
 32 value heads x 128, conv kernel 4, vocab 248320, partial RoPE 0.25 (theta 1e7, interleaved M-RoPE
 [11, 11, 10]), untied, and its vision tower (27 blocks, hidden 1152): the config a public test suite pins
@@ -546,7 +547,8 @@ HYBRID_ENGINE_SETTINGS = {"enable_multimodal": False, "disable_radix_cache": Tru
 
 def shape_settings(shape: str, spec: str) -> tuple[dict, dict]:
     """(engine kwargs, environment) a shape adds to every config: a hybrid shape's text-only, radix-free engines,
-    and DDTREE's experimental hybrid switch (``ddtree:auto`` is refused there: DDTREE's validation says so)."""
+    and DDTREE's experimental hybrid switch (``ddtree:auto`` where its largest bucket's per-row states fit: DDTREE's
+    validation refuses it with the numbers where they do not)."""
     if shape not in HYBRID_SHAPES:
         return {}, {}
     return dict(HYBRID_ENGINE_SETTINGS), ({HYBRID_ENV: "1"} if spec.startswith("ddtree") else {})

@@ -248,6 +248,7 @@ def _default_backend(cap) -> str:
 def _hybrid_note() -> str:
     """What hybrid Mamba/GDN serving needs (``hybrid_args``)."""
     from sglang_ddtree import hybrid_args
+    from sglang_ddtree.config import AUTO_MAX_BUDGET
 
     try:
         on = hybrid_args.enabled()
@@ -257,7 +258,8 @@ def _hybrid_note() -> str:
         return f"hybrid Mamba/GDN targets: refused ({hybrid_args.ENV}=1 for the experimental tree verify)"
     return (f"hybrid Mamba/GDN targets: EXPERIMENTAL tree verify on ({hybrid_args.ENV}=1); with the radix cache use "
             f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
-            f"--disable-overlap-schedule")
+            f"--disable-overlap-schedule; each tree row keeps a conv + SSM state (budget + 1 rows per request, "
+            f"budget auto: its largest bucket's {AUTO_MAX_BUDGET + 1}), checked against the GPU at start")
 
 
 def _paged_note() -> str:

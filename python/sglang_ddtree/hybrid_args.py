@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from sglang_ddtree.config import BUDGET_FLAG, DDTreeArgumentError, env_switch
+from sglang_ddtree.config import AUTO, BUDGET_FLAG, DDTreeArgumentError, env_switch
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +90,18 @@ def largest_fitting_budget(per_node_bytes: int, max_running_requests: int, capac
     return rows - 1
 
 
+def budget_text(budget: int, auto: bool) -> str:
+    """How messages name the budget that sizes the per-row states: the fixed one, or budget auto's largest bucket
+    (the pool and every width's graphs are sized for it)."""
+    return f"{BUDGET_FLAG} {AUTO}'s largest bucket {budget}" if auto else f"{BUDGET_FLAG} {budget}"
+
+
 def check_intermediate_state_fits(per_node_bytes: int, budget: int, max_running_requests: int,
-                                  capacity_bytes: Optional[float], mem_fraction: float) -> None:
+                                  capacity_bytes: Optional[float], mem_fraction: float, *, auto: bool = False) -> None:
     """Refuse a budget whose per-node verify states alone exceed ``mem_fraction`` of the GPU (weights, KV and
     activations still come on top, so passing is necessary, not sufficient). The message carries the numbers,
-    the largest budget that fits the requests and the most requests that fit the budget."""
+    the largest budget that fits the requests and the most requests that fit the budget. ``auto``: ``budget`` is
+    budget auto's largest bucket (its buckets never verify more rows than that)."""
     if capacity_bytes is None:
         return
     room = float(capacity_bytes) * float(mem_fraction)
@@ -104,13 +111,14 @@ def check_intermediate_state_fits(per_node_bytes: int, budget: int, max_running_
         return
     max_budget = largest_fitting_budget(per_node_bytes, reqs, capacity_bytes, mem_fraction)
     max_reqs = int(room // (per_node_bytes * n))
-    fix = (f"{BUDGET_FLAG} <= {max_budget} fits {reqs} requests" if max_budget >= 1
+    which = f"budget {AUTO}" if auto else f"budget {budget}"
+    fix = (f"{'a fixed ' if auto else ''}{BUDGET_FLAG} <= {max_budget} fits {reqs} requests" if max_budget >= 1
            else f"no budget fits {reqs} requests")
-    fix += (f", or --max-running-requests <= {max_reqs} fits budget {budget}" if max_reqs >= 1
-            else f"; budget {budget} does not fit even one request")
+    fix += (f", or --max-running-requests <= {max_reqs} fits {which}" if max_reqs >= 1
+            else f"; {which} does not fit even one request")
     raise DDTreeArgumentError(
         f"--speculative-algorithm DDTREE on this hybrid target keeps one recurrent (conv + SSM) state per tree row: "
-        f"{per_node_bytes / MIB:.2f} MiB per row x {n} rows ({BUDGET_FLAG} {budget} + 1) = "
+        f"{per_node_bytes / MIB:.2f} MiB per row x {n} rows ({budget_text(budget, auto)} + 1) = "
         f"{per_node_bytes * n / GIB:.2f} GiB per request, x {reqs} requests (--max-running-requests) = "
         f"{need / GIB:.1f} GiB, more than {mem_fraction:g} (--mem-fraction-static) of this GPU's "
         f"{capacity_bytes / GIB:.1f} GiB; {fix}."
@@ -142,7 +150,8 @@ def check_server_args(server_args, config) -> None:
         raise DDTreeArgumentError(
             f"--page-size {view.page_size} is not supported with --speculative-algorithm DDTREE on hybrid targets yet "
             f"(their recurrent-state tracking is tested with --page-size 1 only); use --page-size 1.")
-    n = config.num_verify_tokens
+    n = config.num_verify_tokens  # with budget auto: of its largest bucket, which sizes every buffer
+    auto = bool(getattr(config, "adaptive", False))
     if getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache:
         strategy = view.mamba_radix_cache_strategy
         if strategy == "extra_buffer_lazy":
@@ -152,7 +161,7 @@ def check_server_args(server_args, config) -> None:
         if mamba_extra_buffer_of(view) and int(view.mamba_track_interval) < n:
             raise DDTreeArgumentError(
                 f"--mamba-track-interval {view.mamba_track_interval} must be >= the DDTREE verify width {n} "
-                f"({BUDGET_FLAG} {config.budget} + 1) with --mamba-scheduler-strategy extra_buffer (one radix "
+                f"({budget_text(config.budget, auto)} + 1) with --mamba-scheduler-strategy extra_buffer (one radix "
                 f"track point per round at most).")
         if not mamba_extra_buffer_of(view) and not view.disable_overlap_schedule:
             raise DDTreeArgumentError(
@@ -161,11 +170,12 @@ def check_server_args(server_args, config) -> None:
     per_node = gdn_state_bytes_per_node(text, int(server_args.tp_size))
     reqs = int(server_args.max_running_requests or 1)
     fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
-    check_intermediate_state_fits(per_node, config.budget, reqs, _gpu_capacity_bytes(server_args), fraction)
+    check_intermediate_state_fits(per_node, config.budget, reqs, _gpu_capacity_bytes(server_args), fraction, auto=auto)
     logger.warning(
-        "DDTREE on hybrid target %s: EXPERIMENTAL (%s=1). Per-node verify states: %.2f MiB per row, %.2f GiB per "
-        "request at %s %d, %.1f GiB for %d requests.", arch, ENV, per_node / MIB, per_node * n / GIB, BUDGET_FLAG,
-        config.budget, intermediate_state_bytes(per_node, n, reqs) / GIB, reqs,
+        "DDTREE on hybrid target %s: EXPERIMENTAL (%s=1)%s. Per-node verify states: %.2f MiB per row, %.2f GiB per "
+        "request at %s, %.1f GiB for %d requests.", arch, ENV,
+        ", budget auto on a hybrid target not yet verified on a GPU" if auto else "", per_node / MIB,
+        per_node * n / GIB, budget_text(config.budget, auto), intermediate_state_bytes(per_node, n, reqs) / GIB, reqs,
     )
 
 

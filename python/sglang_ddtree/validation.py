@@ -117,12 +117,9 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     config = DDTreeConfig.from_server_args(server_args)
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):  # opted in (_check_unsupported_features)
-        if config.adaptive:
-            raise DDTreeArgumentError(
-                f"{BUDGET_FLAG} {AUTO} is not supported with hybrid Mamba/GDN targets yet (their per-node state "
-                f"buffers are captured at one verify width); use a fixed budget."
-            )
-        check_hybrid_server_args(server_args, config)  # refuses every page size > 1, with its own message
+        # refuses every page size > 1, with its own message; with budget auto the per-row states are sized (and
+        # checked) for its largest bucket, which every narrower bucket's verify reuses (worker/hybrid.py)
+        check_hybrid_server_args(server_args, config)
     else:
         _check_page_size(server_args, adaptive=config.adaptive)
     logger.info(

@@ -14,6 +14,8 @@
 #                                             # (seven at once: too many for one call, session 13)
 #     bash scripts/device/hybrid.sh left      # what session 13's `rest` left unrecorded (its nograph / nooverlap
 #                                             # parity and paged fa3 passed): faults, T > 0, paged triton / flashinfer
+#     bash scripts/device/hybrid.sh auto      # budget auto on the sharp fixture: the policy's widths and a cycle
+#                                             # through every bucket, graphs / overlap on and off, exact vs plain
 #     bash scripts/device/hybrid.sh shape     # the Qwen3.5-9B shape (dummy weights, bench_shape.py): AR, DFLASH and
 #                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
@@ -56,6 +58,9 @@ case "${1:-}" in
   sampling)
     exec bash $PAR "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling"
     ;;
+  auto)
+    exec bash $PAR "auto=$PYT test/worker/test_hybrid_gpu.py -k 'parity and auto'"
+    ;;
   left)
     exec bash $PAR \
       "faults=$PYT test/worker/test_hybrid_gpu.py -k faults" \
@@ -82,7 +87,7 @@ case "${1:-}" in
       "paged_fa3=$PYT test/worker/test_worker_gpu.py -k 'paged and fa3'"
     ;;
   *)
-    echo "usage: $0 kernels|parity|faults|sampling|rest|left|shape|paged" >&2
+    echo "usage: $0 kernels|parity|faults|sampling|rest|left|auto|shape|paged" >&2
     exit 2
     ;;
 esac

@@ -16,7 +16,8 @@ The reference is the first configuration starting with ``plain`` (no speculation
 ``--out/results.jsonl``, one line per configuration: per phase and batch size the prompts equal to the
 reference, the first mismatch and the mean accept length. ``_fault_chain`` / ``_fault_siblings`` configurations
 inject the test plugin's ``DDTREE_TEST_HYBRID_FAULT`` (commit row accept_len - 1; children linked highest row
-first): a suite that catches a wrong state must see them diverge.
+first): a suite that catches a wrong state must see them diverge. ``dd_auto_cycle*`` run budget auto through the
+test plugin's ``DDTREE_TEST_CYCLE_BUDGETS`` (every bucket in turn, 0 = no drafting included).
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ CONFIGS = {
     "plain_tp2": dict(disable_radix_cache=True, tp_size=2),
     "dd_b15_tp2": ddtree(15, 4, tp_size=2),
     "dd_b64_tp2_nooverlap": ddtree(64, 8, tp_size=2, disable_overlap_schedule=True),
+    # budget auto: the policy's own widths, and a fixed cycle through every bucket (test plugin's
+    # DDTREE_TEST_CYCLE_BUDGETS): width changes from round to round, each width on its own backend and graphs
+    "dd_auto": ddtree("auto", 8),
+    "dd_auto_cycle": ddtree("auto", 8, _cycle=True),
+    "dd_auto_cycle_nograph": ddtree("auto", 8, disable_cuda_graph=True, _cycle=True),
+    "dd_auto_cycle_nooverlap": ddtree("auto", 8, disable_overlap_schedule=True, _cycle=True),
     "dd_b64_fault_chain": ddtree(64, 8, _fault="chain_commit"),
     "dd_b64_fault_siblings": ddtree(64, 8, _fault="reversed_siblings"),
 }
@@ -83,14 +90,15 @@ def make_shared_prompts(tokenizer, n=SHARED_PROMPTS, prefix_len=SHARED_PREFIX):
             for i in range(n)]
 
 
-def _engine_env(fault):
+def _engine_env(fault, cycle=False):
     env = {HYBRID_ENV: "1"}
-    if fault:
+    if fault or cycle:
         sys.path.insert(0, os.path.join(ROOT, "test", "worker"))
         import _test_plugin_env
 
         _test_plugin_env.add_plugin_path()
-        env.update({k: v for k, v in _test_plugin_env.plugin_env(hybrid_fault=fault).items() if k != "PYTHONPATH"})
+        env.update({k: v for k, v in _test_plugin_env.plugin_env(hybrid_fault=fault or "", cycle_budgets=cycle).items()
+                    if k != "PYTHONPATH"})
     return env
 
 
@@ -98,8 +106,8 @@ def run_config(name, target, draft, prompts, shared, max_new_tokens):
     import sglang
 
     kw = dict(CONFIGS[name])
-    fault = kw.pop("_fault", None)
-    env = _engine_env(fault) if kw.get("speculative_algorithm") == "DDTREE" else {}
+    fault, cycle = kw.pop("_fault", None), kw.pop("_cycle", False)
+    env = _engine_env(fault, cycle) if kw.get("speculative_algorithm") == "DDTREE" else {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):

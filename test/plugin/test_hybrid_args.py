@@ -87,6 +87,22 @@ def test_a_budget_that_fits_passes_and_one_that_does_not_is_refused_with_its_num
     assert hybrid_args.largest_fitting_budget(per_node, 48, cap, 0.9) == 41  # what budget auto may use at most
 
 
+def test_budget_auto_is_checked_at_its_largest_bucket_and_says_so():
+    per_node, cap = 64 << 20, 141 * GIB
+    hybrid_args.check_intermediate_state_fits(per_node, 63, 31, cap, 0.9, auto=True)  # 64 x 31 x 64 MiB = 124 GiB
+    with pytest.raises(DDTreeArgumentError) as e:
+        hybrid_args.check_intermediate_state_fits(per_node, 63, 48, cap, 0.9, auto=True)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert ("64.00 MiB per row x 64 rows (--speculative-ddtree-budget auto's largest bucket 63 + 1) = 4.00 GiB per "
+            "request, x 48 requests (--max-running-requests) = 192.0 GiB, more than 0.9 (--mem-fraction-static) of "
+            "this GPU's 141.0 GiB; a fixed --speculative-ddtree-budget <= 41 fits 48 requests, or "
+            "--max-running-requests <= 31 fits budget auto.") in msg
+    hybrid_args.check_intermediate_state_fits(per_node, 63, 31, cap, 0.9, auto=True)  # the suggestion fits
+    with pytest.raises(DDTreeArgumentError, match=r"budget auto does not fit even one request"):
+        hybrid_args.check_intermediate_state_fits(4 * GIB, 63, 48, cap, 0.9, auto=True)
+
+
 # ---- flag combinations ---------------------------------------------------------------------------------------
 
 def _server_args(cfg, **kw):
@@ -99,8 +115,8 @@ def _server_args(cfg, **kw):
     return types.SimpleNamespace(**base)
 
 
-def _config(budget):
-    return types.SimpleNamespace(budget=budget, num_verify_tokens=budget + 1)
+def _config(budget, adaptive=False):
+    return types.SimpleNamespace(budget=budget, num_verify_tokens=budget + 1, adaptive=adaptive)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -128,6 +144,20 @@ def test_unsupported_combinations_are_refused_in_one_line(monkeypatch, kw, match
 def test_supported_combinations_pass(monkeypatch, kw):
     monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
     hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), _config(64))
+
+
+def test_budget_auto_passes_where_its_largest_bucket_fits_and_names_it_where_not(monkeypatch):
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
+    hybrid_args.check_server_args(_server_args(_qwen3_next()), _config(63, adaptive=True))
+    with pytest.raises(DDTreeArgumentError, match=r"--mamba-track-interval 32 must be >= the DDTREE verify width 64 "
+                                                   r"\(--speculative-ddtree-budget auto's largest bucket 63 \+ 1\)"):
+        hybrid_args.check_server_args(_server_args(_qwen3_next(), mamba_track_interval=32), _config(63, adaptive=True))
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 1.0 * GIB)
+    big = _qwen3_next(linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                      linear_value_head_dim=128)
+    with pytest.raises(DDTreeArgumentError, match=r"x 64 rows \(--speculative-ddtree-budget auto's largest bucket "
+                                                   r"63 \+ 1\) .* x 8 requests .* fits budget auto"):
+        hybrid_args.check_server_args(_server_args(big), _config(63, adaptive=True))
 
 
 def test_non_gdn_hybrids_are_refused(monkeypatch):
@@ -164,6 +194,30 @@ def test_last_accepted_rows_and_track_rows_by_hand():
     assert track_rows(ctx, acc, prefix, n, 16).tolist() == [2, 0, -1]
 
 
+def test_the_commit_goes_through_the_backend_that_verified():
+    """Budget auto verifies each width on its own backend (widths.VerifyWidths); the verify's forward metadata
+    (the requests' mamba slots) lives there, so the COMMIT must call that backend, not the runner's own."""
+    from sglang_ddtree.worker.hybrid import HybridStateCommit
+
+    class Backend:
+        def __init__(self):
+            self.calls = []
+
+        def update_mamba_state_after_mtp_verify(self, **kw):
+            self.calls.append(kw)
+
+    own, width_7 = Backend(), Backend()
+    runner = types.SimpleNamespace(attn_backend=own, model="model")
+    commit = types.SimpleNamespace(ctx_rows=torch.tensor([0, 3, 8, 11]), accept_lens=torch.tensor([2, 1]))
+    batch = types.SimpleNamespace(mamba_track_indices=None)
+    hc = HybridStateCommit(runner, track_interval=None)
+    hc(batch, commit, 8, torch.tensor([5, 9]), width_7)
+    assert own.calls == [] and len(width_7.calls) == 1
+    assert width_7.calls[0]["last_correct_step_indices"].tolist() == [3, 0]  # rows 3 and 8 - 8 = 0
+    hc(batch, commit, 8, torch.tensor([5, 9]))  # no backend named (a fixed budget): the runner's own
+    assert len(own.calls) == 1
+
+
 def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
     from sglang_ddtree import doctor
 
@@ -171,5 +225,6 @@ def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
     assert "refused (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 for the experimental tree verify)" in doctor._hybrid_note()
     monkeypatch.setenv(hybrid_args.ENV, "1")
     assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in doctor._hybrid_note()
+    assert "budget + 1 rows per request, budget auto: its largest bucket's 64" in doctor._hybrid_note()
     monkeypatch.setenv(hybrid_args.ENV, "2")
     assert "use 1" in doctor._hybrid_note()

@@ -95,9 +95,13 @@ class HybridStateCommit:
 
         prepare_mamba_track_for_verify(batch)
 
-    def __call__(self, batch, commit, num_rows: int, prefix_lens: torch.Tensor) -> None:
+    def __call__(self, batch, commit, num_rows: int, prefix_lens: torch.Tensor, verify_backend=None) -> None:
         """Shape: commit a ``kv_commit.RoundCommit``, num_rows N of this round's verify (its
-        ``draft_token_num``), prefix_lens [bs] int (the root's position). No host sync."""
+        ``draft_token_num``), prefix_lens [bs] int (the root's position). ``verify_backend``: the attention
+        backend that ran this round's verify (budget auto builds one per width, ``widths.VerifyWidths``); its
+        forward metadata names the requests' mamba slots, so the commit must go through it, not through the
+        runner's own backend, whose metadata is of its last forward at another width (default: the runner's own,
+        right for a fixed budget). No host sync."""
         steps = last_accepted_rows(commit.ctx_rows, commit.accept_lens, num_rows)
         track_indices = getattr(batch, "mamba_track_indices", None)
         track_steps = None
@@ -106,7 +110,8 @@ class HybridStateCommit:
                                      self.track_interval)
         elif track_indices is not None:
             track_indices = None
-        self.model_runner.attn_backend.update_mamba_state_after_mtp_verify(
+        backend = self.model_runner.attn_backend if verify_backend is None else verify_backend
+        backend.update_mamba_state_after_mtp_verify(
             last_correct_step_indices=steps,
             mamba_track_indices=track_indices,
             mamba_steps_to_track=track_steps,

@@ -243,6 +243,9 @@ class DDTreeWorker(DFlashWorkerV2):
                 hybrid.HybridStateCommit.prepare_verify(batch)
             logits_output, verify_fb, can_run_cuda_graph = self._verify(batch, verify_input, verify_loc,
                                                                         verify_cpu, verify_sum)
+            # the backend that verified (with budget auto, this width's): it holds the verify's forward metadata,
+            # which the hybrid COMMIT reads (its requests' mamba slots)
+            verify_backend = self.target_worker.model_runner.attn_backend
 
         # ACCEPT + COMMIT: RoundCommit of [bs, W] / [bs*W] rows (kv_commit), accept_lens 1..W.
         verify_loc_2d = verify_loc.view(bs, n)
@@ -261,7 +264,7 @@ class DDTreeWorker(DFlashWorkerV2):
             if self._hybrid_commit is None:
                 self._hybrid_commit = hybrid.make_hybrid_commit(
                     self.server_args, self.target_worker.model_runner, log=get_tp_group().rank_in_group == 0)
-            self._hybrid_commit(batch, c, verify_input.draft_token_num, prefix)
+            self._hybrid_commit(batch, c, verify_input.draft_token_num, prefix, verify_backend)
         new_seq_lens = c.new_seq_lens.to(prefix.dtype)  # [bs] prefix + accept length
         if on_publish is not None:
             on_publish(new_seq_lens)
