@@ -14,7 +14,7 @@ Rows: the draft head reduces (block size - 1) positions per request, at most 256
 after a warm-up, in microseconds.
 
     python benchmark/bench_topk_lse.py [--rows 15,120,256] [--vocab 151936] [--topk 8] \\
-        [--configs 4096x8,8192x8,8192x16,16384x16,32768x16] [--iters 50] [--out X.json]
+        [--configs 4096x8,16384x16,keyed:4096x8,keyed:16384x16] [--iters 50] [--out X.json]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
-DEFAULT_CONFIGS = "4096x8,8192x8,8192x16,16384x16,32768x16"
+DEFAULT_CONFIGS = "4096x8,8192x8,16384x16,keyed:4096x8,keyed:8192x8,keyed:16384x16,keyed:32768x16"
 
 
 def parse_rows(text: str) -> List[int]:
@@ -40,21 +40,27 @@ def parse_rows(text: str) -> List[int]:
     return out
 
 
-def parse_configs(text: str) -> List[Tuple[int, int]]:
-    """'BLOCKxWARPS,...' -> [(block, warps)]; block a power of two >= 64, warps one of 1, 2, 4, 8, 16, 32."""
+def parse_configs(text: str) -> List[Tuple[int, int, bool]]:
+    """'[keyed:]BLOCKxWARPS,...' -> [(block, warps, keyed)]; block a power of two >= 64, warps one of 1, 2, 4, 8,
+    16, 32; ``keyed:`` the packed-key slice kernel (``kernels.topk_lse``)."""
     out = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
+        keyed = item.startswith("keyed:")
         try:
-            block, warps = (int(v) for v in item.split("x"))
+            block, warps = (int(v) for v in item.removeprefix("keyed:").split("x"))
         except ValueError:
             block = warps = 0
         if block < 64 or block & (block - 1) or warps not in (1, 2, 4, 8, 16, 32):
-            raise ValueError(f"--configs {item!r}: BLOCKxWARPS with BLOCK a power of two >= 64 and WARPS one of "
-                             f"1, 2, 4, 8, 16, 32, e.g. {DEFAULT_CONFIGS}")
-        out.append((block, warps))
+            raise ValueError(f"--configs {item!r}: [keyed:]BLOCKxWARPS with BLOCK a power of two >= 64 and WARPS one "
+                             f"of 1, 2, 4, 8, 16, 32, e.g. {DEFAULT_CONFIGS}")
+        out.append((block, warps, keyed))
     if not out:
-        raise ValueError(f"--configs {text!r}: at least one BLOCKxWARPS, e.g. {DEFAULT_CONFIGS}")
+        raise ValueError(f"--configs {text!r}: at least one [keyed:]BLOCKxWARPS, e.g. {DEFAULT_CONFIGS}")
     return out
+
+
+def config_name(block: int, warps: int, keyed: bool) -> str:
+    return f"{'keyed:' if keyed else ''}{block}x{warps}"
 
 
 def _event_us(torch, fn, iters: int) -> float:
@@ -90,17 +96,17 @@ def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple
         lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
         rec = {"torch_topk_logsumexp_us": _event_us(
             torch, lambda: (logits.float().topk(topk, dim=-1), torch.logsumexp(logits.float(), dim=-1)), iters)}
-        for block, warps in configs:
-            key = f"{block}x{warps}"
+        for block, warps, keyed in configs:
+            key = config_name(block, warps, keyed)
             try:
-                topk_lse(logits, topk, val, ids, lse, backend="triton", block=block, num_warps=warps)
+                topk_lse(logits, topk, val, ids, lse, backend="triton", block=block, num_warps=warps, keyed=keyed)
             except Exception as e:  # a configuration that does not compile or launch (registers, shared memory)
                 rec[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
                 continue
             exact = bool(torch.equal(val, want_val) and torch.equal(ids, order))
             lse_ok = bool(torch.allclose(lse, want_lse, rtol=2e-5, atol=0))
             us = _event_us(torch, lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
-                                                   num_warps=warps), iters)
+                                                   num_warps=warps, keyed=keyed), iters)
             rec[key] = {"us": us, "exact": exact, "lse_ok": lse_ok}
         ok = {k: v["us"] for k, v in rec.items() if isinstance(v, dict) and v.get("exact") and v.get("lse_ok")}
         rec["fastest"] = min(ok, key=ok.get) if ok else None
@@ -140,7 +146,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   "environment": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
                                   "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                   "settings": {"rows": rows, "vocab": args.vocab, "topk": args.topk, "iters": args.iters,
-                               "configs": [f"{b}x{w}" for b, w in configs]},
+                               "configs": [config_name(*c) for c in configs]},
                   "by_rows": results}
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
