@@ -24,7 +24,8 @@
 #                                               # its host time and parity (one call; `unit`: without parity), then
 #                                               # the 8B-shape breakdown with it (fa3 staged)
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
-#                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute
+#                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
+#                                               # triton only: can share a staging call (no .device carried)
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
@@ -128,8 +129,15 @@ case "${1:-}" in
     ;;
   topk)
     # the draft head's top-K + logsumexp per launch configuration (bench_topk_lse.py), each checked against
-    # PyTorch; its GPU tests first (~1 minute)
-    exec bash $PAR "topk=$PYT test/benchmark/test_bench_topk_lse.py test/worker/test_topk_lse_interp.py && python3 benchmark/bench_topk_lse.py --rows 15,120,224,256 --out \$CMD_OUT/topk_lse.json"
+    # PyTorch; its GPU tests first (~1 minute). Needs only torch + triton (no SGLang bundle): it can share a
+    # staging call, e.g. `bash scripts/device/stage.sh .fa3/part_00 && bash scripts/device/issue14.sh topk`
+    # with carry [".fa3/part_00"] only
+    OUT=${OUT:-/tmp/topk_out}
+    mkdir -p "$OUT"
+    export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+    $PYT test/benchmark/test_bench_topk_lse.py test/worker/test_topk_lse_interp.py 2>&1 | tail -n 15
+    timeout -k 5 "${TOPK_TIMEOUT_S:-240}" python3 benchmark/bench_topk_lse.py --rows 15,120,224,256 \
+      --out "$OUT/topk_lse.json" 2>&1 | tail -n 12
     ;;
   quick)
     OUT=${OUT:-/tmp/quick_out}
