@@ -49,11 +49,15 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         row_width = int(batch.req_to_token_pool.req_to_token.shape[1])
         committed_sum = reserved_sum = needed = 0
         max_top_k, top_ks = 1, set()
+        # written through NumPy views of the host buffers: torch element writes go through the dispatcher (three
+        # per request took 403 us for 48 requests on the development machine's CPU, NumPy 6 us; microbenchmark
+        # of the loop alone, session 19)
+        committed_np, cur_np, nxt_np = committed_cpu.numpy(), cur_cpu.numpy(), nxt_cpu.numpy()
         for i, req in enumerate(batch.reqs):
             committed = lens.committed_len(req)
             allocated = int(req.kv.kv_allocated_len)
             reserved = max(allocated, min(committed + reserve, row_width))
-            committed_cpu[i], cur_cpu[i], nxt_cpu[i] = committed, allocated, reserved
+            committed_np[i], cur_np[i], nxt_np[i] = committed, allocated, reserved
             committed_sum += committed
             reserved_sum += reserved
             needed += reserved - allocated
