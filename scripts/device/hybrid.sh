@@ -14,8 +14,8 @@
 #                                             # (seven at once: too many for one call, session 13)
 #     bash scripts/device/hybrid.sh left      # what session 13's `rest` left unrecorded (its nograph / nooverlap
 #                                             # parity and paged fa3 passed): faults, T > 0, paged triton / flashinfer
-#     bash scripts/device/hybrid.sh auto      # budget auto on the sharp fixture: the policy's widths and a cycle
-#                                             # through every bucket, graphs / overlap on and off, exact vs plain
+#     bash scripts/device/hybrid.sh auto      # budget auto on the sharp fixture: a cycle through every bucket,
+#                                             # graphs / overlap on and off, exact vs plain
 #     bash scripts/device/hybrid.sh shape     # the Qwen3.5-9B shape (dummy weights, bench_shape.py): AR, DFLASH and
 #                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output

@@ -91,8 +91,9 @@ GROUPS = {  # one engine per name, the first the reference; a hybrid engine star
     "nooverlap": ["plain", "dd_b15_nooverlap", "dd_b64_nooverlap"],
     "radix": ["plain", "dd_b64_noradix", "dd_b64_extra_buffer"],
     "tp2": ["plain_tp2", "dd_b15_tp2", "dd_b64_tp2_nooverlap"],  # 2 GPUs
-    # budget auto: the policy's widths and every bucket in turn (0 = no drafting included), with graphs / overlap
-    "auto": ["plain", "dd_auto", "dd_auto_cycle", "dd_auto_cycle_nograph", "dd_auto_cycle_nooverlap"],
+    # budget auto: every bucket in turn (0 = no drafting included), with graphs / overlap on and off (each auto
+    # engine captures seven widths' graphs: four engines per group; hybrid_parity's dd_auto runs the policy's own)
+    "auto": ["plain", "dd_auto_cycle", "dd_auto_cycle_nograph", "dd_auto_cycle_nooverlap"],
 }
 
 
