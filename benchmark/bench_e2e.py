@@ -229,6 +229,16 @@ def environment(argv) -> dict:
     return env
 
 
+def write_report(path: str, argv, **sections) -> dict:
+    """``sections`` under this run's command and ``environment``, written as JSON to ``path`` (its folder made)."""
+    env = environment(argv)
+    report = {"command": env.pop("command"), "environment": env, **sections}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    return report
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

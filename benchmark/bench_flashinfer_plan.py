@@ -23,13 +23,15 @@ microseconds; a GPU with FlashInfer 0.6.14 is required.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 import types
 from typing import Callable, Dict, List, Optional, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_e2e import write_report  # noqa: E402
 
 N, HEADS, KV_HEADS, HEAD_DIM = 16, 32, 8, 128  # DDTREE budget 15 at the Qwen3-8B shape
 
@@ -180,17 +182,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"bench_flashinfer_plan: error: {e}", file=sys.stderr)
         return 1
     if args.out:
-        import torch
-
-        report = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-                  "environment": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-                                  "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                  "settings": {"bs": bs_list, "prefix": args.prefix, "iters": args.iters, "busy_ms": args.busy_ms,
+        write_report(args.out, sys.argv[1:] if argv is None else list(argv),
+                     settings={"bs": bs_list, "prefix": args.prefix, "iters": args.iters, "busy_ms": args.busy_ms,
                                "rows_per_request": N, "heads": [HEADS, KV_HEADS, HEAD_DIM]},
-                  "host_us_median": results}
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+                     host_us_median=results)
     return 0
 
 

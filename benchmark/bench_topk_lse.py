@@ -20,12 +20,13 @@ after a warm-up, in microseconds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
 from typing import List, Optional, Sequence, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_e2e import write_report  # noqa: E402
 
 DEFAULT_CONFIGS = "4096x8,8192x8,16384x16,keyed:4096x8,keyed:8192x8,keyed:16384x16,keyed:32768x16"
 
@@ -140,17 +141,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"bench_topk_lse: error: {e}", file=sys.stderr)
         return 1
     if args.out:
-        import torch
-
-        report = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-                  "environment": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-                                  "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                  "settings": {"rows": rows, "vocab": args.vocab, "topk": args.topk, "iters": args.iters,
+        write_report(args.out, sys.argv[1:] if argv is None else list(argv),
+                     settings={"rows": rows, "vocab": args.vocab, "topk": args.topk, "iters": args.iters,
                                "configs": [config_name(*c) for c in configs]},
-                  "by_rows": results}
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+                     by_rows=results)
     return 0
 
 

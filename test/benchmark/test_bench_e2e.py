@@ -84,3 +84,14 @@ def test_summary_counts_outputs_equal_to_plain(capsys):
     assert report["results"][1]["by_bs"]["1"]["equal_to_plain"] == "1/2"
     assert report["results"][0]["by_bs"]["1"]["equal_to_plain"] == "2/2"
     assert "ddtree:4:2 bs   1" in capsys.readouterr().out
+
+
+def test_write_report_puts_the_run_above_the_sections(tmp_path):
+    import json
+
+    path = tmp_path / "deep" / "r.json"
+    rep = bench_e2e.write_report(str(path), ["--rows", "2"], settings={"rows": [2]}, by_rows={"2": {}})
+    on_disk = json.loads(path.read_text())
+    assert on_disk == rep and list(rep) == ["command", "environment", "settings", "by_rows"]
+    assert rep["command"].endswith(" --rows 2") and "command" not in rep["environment"]
+    assert {"python", "torch", "gpu", "date_utc", "sglang_ddtree"} <= set(rep["environment"])

@@ -3,23 +3,17 @@ GPU / FlashInfer gets one error line (exit 1), and on a GPU (marked) the report'
 sync-free plan exists for: with GPU work queued, upstream's plan() waits for it (its host copies sync) and
 DDTREE's does not."""
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "benchmark", "bench_flashinfer_plan.py")
-_spec = importlib.util.spec_from_file_location("bench_flashinfer_plan", SCRIPT)
-bfp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bfp)
+import _scripts
+
+bfp = _scripts.load("bench_flashinfer_plan")
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=300)
+    return _scripts.cli("bench_flashinfer_plan", *args)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -38,14 +32,8 @@ def test_parse_bs():
     assert bfp.parse_bs("1,32") == [1, 32] and bfp.parse_bs("4") == [4]
 
 
+@pytest.mark.skipif(not _scripts.no_gpu_here(), reason="a GPU is present: the GPU test below covers this machine")
 def test_without_a_gpu_one_error_line():
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            pytest.skip("a GPU is present: the GPU test below covers this machine")
-    except ImportError:
-        pass
     proc = _cli("--iters", "1")
     assert proc.returncode == 1 and proc.stderr.startswith("bench_flashinfer_plan: error: "), proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr

@@ -2,23 +2,17 @@
 one error line (exit 1), and on a GPU (marked) every launch configuration's result equals PyTorch's top-K and
 logsumexp of the same logits, and the report names the fastest."""
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "benchmark", "bench_topk_lse.py")
-_spec = importlib.util.spec_from_file_location("bench_topk_lse", SCRIPT)
-btl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(btl)
+import _scripts
+
+btl = _scripts.load("bench_topk_lse")
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=300)
+    return _scripts.cli("bench_topk_lse", *args)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -44,14 +38,8 @@ def test_parsers():
     assert btl.config_name(16384, 16, True) == "keyed:16384x16"
 
 
+@pytest.mark.skipif(not _scripts.no_gpu_here(), reason="a GPU is present: the GPU test below covers this machine")
 def test_without_a_gpu_one_error_line():
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            pytest.skip("a GPU is present: the GPU test below covers this machine")
-    except ImportError:
-        pass
     proc = _cli("--iters", "1", "--rows", "2")
     assert proc.returncode == 1 and proc.stderr.startswith("bench_topk_lse: error: "), proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr

@@ -2,18 +2,13 @@
 named (idle left out), the older reasons field used where the newer one is refused, a missing or failing
 nvidia-smi ends the sampling with its reason instead of raising."""
 
-import importlib.util
 import os
 import stat
-import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "benchmark", "gpu_clocks.py")
-_spec = importlib.util.spec_from_file_location("gpu_clocks", SCRIPT)
-gc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gc)
+import _scripts
+
+gc = _scripts.load("gpu_clocks")
 
 
 def _fake_smi(tmp_path, body):
@@ -89,6 +84,5 @@ def test_decode_reasons_and_visible_index(monkeypatch):
 
 def test_cli_without_a_gpu_says_why_and_exits_1(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}
-    r = subprocess.run([sys.executable, SCRIPT, "--seconds", "0.1"], capture_output=True, text=True, env=env,
-                       timeout=60)
+    r = _scripts.cli("gpu_clocks", "--seconds", "0.1", env=env, timeout=60)
     assert r.returncode == 1 and '"samples": 0' in r.stdout and "error" in r.stdout, (r.stdout, r.stderr)

@@ -61,8 +61,7 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
         out_ids.copy_(idx)
         out_lse.copy_(torch.logsumexp(wide, dim=-1))
         return
-    from sglang_ddtree.worker.kernels.topk_lse import (topk_lse_merge_kernel, topk_lse_slices_keyed_kernel,
-                                                       topk_lse_slices_kernel)
+    from sglang_ddtree.worker.kernels.topk_lse import topk_lse_merge_kernel, topk_lse_slices_kernel
 
     logits = logits if logits.stride(1) == 1 else logits.contiguous()
     slices = -(-vocab // block)
@@ -71,9 +70,9 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
     s_idx = torch.empty((rows, slices, topk), dtype=torch.int64, device=dev)
     s_max = torch.empty((rows, slices), dtype=torch.float32, device=dev)
     s_sum = torch.empty((rows, slices), dtype=torch.float32, device=dev)
-    slices_kernel = topk_lse_slices_keyed_kernel if keyed else topk_lse_slices_kernel
-    slices_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_val, s_idx, s_max, s_sum, slices, K=topk,
-                                  BLOCK=block, num_warps=num_warps or (8 if block >= 2048 else 4))
+    topk_lse_slices_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_val, s_idx, s_max, s_sum, slices,
+                                           K=topk, BLOCK=block, KEYED=bool(keyed),
+                                           num_warps=num_warps or (8 if block >= 2048 else 4))
     merged_val = out_val if out_val.is_contiguous() else torch.empty_like(out_val)
     merged_ids = out_ids if out_ids.is_contiguous() else torch.empty_like(out_ids)
     merged_lse = out_lse if out_lse.is_contiguous() else torch.empty_like(out_lse)
