@@ -14,9 +14,8 @@ Values are the logits' own (bf16 widened exactly to float32); no host sync, CUDA
 Pass 1 comes in two forms with the same output (``KEYED``): per pick a max and then the lowest index holding it
 (2K + 2 block reductions per program), or each logit and its column packed into one int64 key, order-preserving
 code << 31 | complemented column, the tree builder's encoding: per pick one max, the slice max is the first pick
-(K + 1 reductions). Session 18 measured pass 1 at
-349 us of a c 32 round at the Qwen3-8B shape, about ten reads of its logits: reductions, not memory.
-``benchmark/bench_topk_lse.py`` times both per launch configuration.
+(K + 1 reductions). Session 18 measured pass 1 at 349 us of a c 32 round at the Qwen3-8B shape, about ten reads
+of its logits: reductions, not memory. ``benchmark/bench_topk_lse.py`` times both per launch configuration.
 """
 
 import triton
