@@ -306,6 +306,26 @@ def check_outcomes(outcomes: Sequence[Outcome], quiet: Dict[int, List[int]], dec
     return Verdict(failures, divergences, counts)
 
 
+# ---- the host ----------------------------------------------------------------------------------------
+
+def host_snapshot(proc_root: str = "/proc") -> dict:
+    """The machine beside a load run: 1-minute load average and the processes whose command line names sglang
+    (a server left over from an earlier test would slow the next one: session 19's second soak served 74
+    requests/s against the first's 126, cause unknown)."""
+    import os
+
+    procs = []
+    for pid in (d for d in os.listdir(proc_root) if d.isdigit()):
+        try:
+            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if "sglang" in cmd and "pytest" not in cmd:
+            procs.append(f"{pid} {cmd[:160]}")
+    return {"loadavg_1m": round(os.getloadavg()[0], 2), "sglang_processes": len(procs), "processes": procs[:20]}
+
+
 # ---- GPU memory -------------------------------------------------------------------------------------
 
 def nvidia_smi_used_mib(index: int = 0) -> float:

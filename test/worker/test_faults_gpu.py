@@ -213,6 +213,7 @@ def _gpu_used_mib():
 def test_soak_mixed_requests_at_concurrency_64(servers, prompts, tok, target):
     seconds, conc = _env_num("DDTREE_SOAK_S", 240.0), _env_num("DDTREE_SOAK_CONCURRENCY", 64)
     warmup, growth = _env_num("DDTREE_SOAK_WARMUP_S", 60.0), _env_num("DDTREE_SOAK_GROWTH_MIB", 256.0)
+    before = L.host_snapshot()  # what else runs on the machine (leftover servers) before the server starts
     srv = servers("soak", mem_fraction_static=0.4, max_total_tokens=65536, max_running_requests=conc)
     srv.wait_healthy()
     send = _send(srv.base)
@@ -225,7 +226,7 @@ def test_soak_mixed_requests_at_concurrency_64(servers, prompts, tok, target):
     _record("soak", dict(seconds=round(res.seconds, 1), concurrency=conc, requests=len(res.outcomes), done=done,
                          requests_per_s=round(len(res.outcomes) / res.seconds, 2), counts=verdict.counts,
                          failures=verdict.failures, hung=res.hung, divergent=len(verdict.divergences),
-                         memory=flat, memory_samples=mem.samples))
+                         memory=flat, host_before=before, host_after=L.host_snapshot(), memory_samples=mem.samples))
     assert not res.hung, f"{len(res.hung)} requests still running after the drain: {res.hung[:10]}\n{srv.tail()}"
     assert srv.proc.poll() is None, "the server died under the soak:\n" + srv.tail()
     assert not verdict.failures, f"{len(verdict.failures)} of {len(res.outcomes)} requests broke a rule:\n" + \

@@ -297,6 +297,18 @@ def test_a_stream_cut_short_is_a_transport_failure_that_a_retrying_client_repeat
     assert again.status == "completed" and again.attempts == 2 and again.output_ids == quiet[spec.prompt], again
 
 
+def test_host_snapshot_counts_sglang_processes(tmp_path):
+    for pid, cmd in (("11", b"python3\x00-m\x00sglang.launch_server\x00--port\x00300"), ("12", b"bash\x00"),
+                     ("13", b"python3\x00-m\x00pytest\x00test_sglang_thing.py"), ("14", None), ("x", b"sglang")):
+        d = tmp_path / pid
+        d.mkdir()
+        if cmd is not None:
+            (d / "cmdline").write_bytes(cmd)
+    snap = L.host_snapshot(str(tmp_path))
+    assert snap["sglang_processes"] == 1 and snap["processes"] == ["11 python3 -m sglang.launch_server --port 300"]
+    assert snap["loadavg_1m"] >= 0
+
+
 # ---- memory and metrics -------------------------------------------------------------------------------
 
 def _series(f, n=120, dt=2.0):
