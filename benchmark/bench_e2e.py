@@ -229,6 +229,18 @@ def environment(argv) -> dict:
     return env
 
 
+def positive_ints(text: str, flag: str, noun: str, example: str) -> list:
+    """A comma-separated list of integers >= 1 ('1,32' -> [1, 32]); anything else a ValueError naming the flag,
+    e.g. "--bs '0': comma-separated batch sizes >= 1, e.g. 1,32"."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or any(v < 1 for v in out):
+        raise ValueError(f"{flag} {text!r}: comma-separated {noun} >= 1, e.g. {example}")
+    return out
+
+
 def write_report(path: str, argv, **sections) -> dict:
     """``sections`` under this run's command and ``environment``, written as JSON to ``path`` (its folder made)."""
     env = environment(argv)

@@ -31,19 +31,13 @@ import types
 from typing import Callable, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import write_report  # noqa: E402
+from bench_e2e import positive_ints, write_report  # noqa: E402
 
 N, HEADS, KV_HEADS, HEAD_DIM = 16, 32, 8, 128  # DDTREE budget 15 at the Qwen3-8B shape
 
 
 def parse_bs(text: str) -> List[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or any(b < 1 for b in out):
-        raise ValueError(f"--bs {text!r}: comma-separated batch sizes >= 1, e.g. 1,32")
-    return out
+    return positive_ints(text, "--bs", "batch sizes", "1,32")
 
 
 def _median_us(samples: Sequence[float]) -> float:

@@ -26,19 +26,13 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import write_report  # noqa: E402
+from bench_e2e import positive_ints, write_report  # noqa: E402
 
 DEFAULT_CONFIGS = "4096x8,8192x8,16384x16,keyed:4096x8,keyed:8192x8,keyed:16384x16,keyed:32768x16"
 
 
 def parse_rows(text: str) -> List[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or any(r < 1 for r in out):
-        raise ValueError(f"--rows {text!r}: comma-separated row counts >= 1, e.g. 15,120,256")
-    return out
+    return positive_ints(text, "--rows", "row counts", "15,120,256")
 
 
 def parse_configs(text: str) -> List[Tuple[int, int, bool]]:
@@ -122,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--rows", default="15,120,256", help="row counts (comma-separated)")
     ap.add_argument("--vocab", type=int, default=151936, help="columns per row (Qwen3: 151936)")
     ap.add_argument("--topk", type=int, default=8)
-    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="launch configurations BLOCKxWARPS (comma-separated)")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="launch configurations [keyed:]BLOCKxWARPS (comma-separated)")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--out", help="JSON report")
     args = ap.parse_args(argv)
