@@ -279,8 +279,8 @@ def _phases(events, rounds, decode, children, t0, t1) -> dict:
         if where[id(r)] is not None:
             sums[where[id(r)]]["gpu"] += g.get("dur", 0.0)
             sums[where[id(r)]]["ops"] += 1
-            if others.get(_stream(g), ([],))[0]:
-                sums[where[id(r)]]["overlapped"] += _overlap(*others[_stream(g)], g["ts"], g["ts"] + g.get("dur", 0.0))
+            sums[where[id(r)]]["overlapped"] += _overlap(*others.get(_stream(g), ([], [])), g["ts"],
+                                                         g["ts"] + g.get("dur", 0.0))
             kernels[where[id(r)]][g.get("name", "?")[:120]] += g.get("dur", 0.0)
             grid = g.get("args", {}).get("grid")
             if grid:
