@@ -50,8 +50,8 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         committed_sum = reserved_sum = needed = 0
         max_top_k, top_ks = 1, set()
         # written through NumPy views of the host buffers: torch element writes go through the dispatcher (three
-        # per request took 403 us for 48 requests on the development machine's CPU, NumPy 6 us; microbenchmark
-        # of the loop alone, session 19)
+        # per request took 403-514 us for 48 requests on the development machine's CPU, NumPy 6-13 us; the loop
+        # alone, benchmark/results/session19/host_writes_loop.json)
         committed_np, cur_np, nxt_np = committed_cpu.numpy(), cur_cpu.numpy(), nxt_cpu.numpy()
         for i, req in enumerate(batch.reqs):
             committed = lens.committed_len(req)
