@@ -7,15 +7,16 @@
 #     bash scripts/device/hybrid.sh parity    # sharp fixture, greedy, exact vs no speculation: bs 1 / 8 / 32,
 #                                             # budgets 15 / 64 / 1, graphs on / off, overlap on / off, radix
 #                                             # cache on (shared 300-token prefixes) / off / extra_buffer
-#     bash scripts/device/hybrid.sh faults    # plain-weights fixture: DDTREE vs DFLASH divergence counts, and
-#                                             # the two deliberate state faults must diverge clearly more
+#     bash scripts/device/hybrid.sh faults    # plain-weights fixture: DDTREE vs DFLASH divergence counts; and,
+#                                             # under the test plugin's replay oracle (rounds accept nodes off the
+#                                             # first chain), the two deliberate state faults diverge clearly more
 #     bash scripts/device/hybrid.sh sampling  # T > 0 on the plain-weights fixture: DDTREE vs plain, chi-square
 #     bash scripts/device/hybrid.sh rest      # nograph + nooverlap parity, faults, T > 0 and the paged runs at once
 #                                             # (seven at once: too many for one call, session 13)
-#     bash scripts/device/hybrid.sh left      # what session 13's `rest` left unrecorded (its nograph / nooverlap
-#                                             # parity and paged fa3 passed): faults, T > 0, paged triton / flashinfer
+#     bash scripts/device/hybrid.sh left      # what session 20 left: the faults (replay oracle) and auto's three
+#                                             # groups, at once (its T > 0 and paged triton / flashinfer passed)
 #     bash scripts/device/hybrid.sh auto      # budget auto on the sharp fixture: a cycle through every bucket,
-#                                             # graphs / overlap on and off, exact vs plain
+#                                             # graphs / overlap on and off (three groups at once), exact vs plain
 #     bash scripts/device/hybrid.sh shape     # the Qwen3.5-9B shape (dummy weights, bench_shape.py): AR, DFLASH and
 #                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
@@ -41,7 +42,9 @@ case "${1:-}" in
       "radix=$PYT test/worker/test_hybrid_gpu.py -k radix"
     ;;
   faults)
-    exec bash $PAR "faults=$PYT test/worker/test_hybrid_gpu.py -k faults"
+    exec bash $PAR \
+      "dflash_like=$PYT test/worker/test_hybrid_gpu.py::test_plain_hybrid_diverges_like_dflash" \
+      "faults=$PYT test/worker/test_hybrid_gpu.py::test_plain_hybrid_state_faults_are_caught"
     ;;
   rest)
     # what sessions 11-12 left unrun, in one call: parity with graphs / overlap off, the state faults, T > 0, and
@@ -49,7 +52,8 @@ case "${1:-}" in
     exec bash $PAR \
       "nograph=$PYT test/worker/test_hybrid_gpu.py -k 'parity and nograph'" \
       "nooverlap=$PYT test/worker/test_hybrid_gpu.py -k 'parity and nooverlap'" \
-      "faults=$PYT test/worker/test_hybrid_gpu.py -k faults" \
+      "dflash_like=$PYT test/worker/test_hybrid_gpu.py::test_plain_hybrid_diverges_like_dflash" \
+      "faults=$PYT test/worker/test_hybrid_gpu.py::test_plain_hybrid_state_faults_are_caught" \
       "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling" \
       "paged_triton=$PYT test/worker/test_worker_gpu.py -k 'paged and triton'" \
       "paged_flashinfer=$PYT test/worker/test_worker_gpu.py -k 'paged and flashinfer'" \
@@ -59,14 +63,21 @@ case "${1:-}" in
     exec bash $PAR "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling"
     ;;
   auto)
-    exec bash $PAR "auto=$PYT test/worker/test_hybrid_gpu.py -k 'parity and auto'"
+    exec bash $PAR \
+      "auto=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto]" \
+      "auto_eager=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto_eager]" \
+      "auto_sync=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto_sync]"
     ;;
   left)
+    # what session 20 left: the state faults under the replay oracle (with the DFLASH yardstick) and budget auto's
+    # three groups, five commands at once (session 20's `left`, four at once, took 485 s; its T > 0 and paged
+    # triton / flashinfer runs passed)
     exec bash $PAR \
-      "faults=$PYT test/worker/test_hybrid_gpu.py -k faults" \
-      "sampling=$PYT test/worker/test_hybrid_gpu.py -k sampling" \
-      "paged_triton=$PYT test/worker/test_worker_gpu.py -k 'paged and triton'" \
-      "paged_flashinfer=$PYT test/worker/test_worker_gpu.py -k 'paged and flashinfer'"
+      "dflash_like=$PYT test/worker/test_hybrid_gpu.py::test_plain_hybrid_diverges_like_dflash" \
+      "faults=$PYT test/worker/test_hybrid_gpu.py::test_plain_hybrid_state_faults_are_caught" \
+      "auto=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto]" \
+      "auto_eager=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto_eager]" \
+      "auto_sync=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto_sync]"
     ;;
   shape)
     OUT=${OUT:-/tmp/hybrid_shape_out}

@@ -14,10 +14,15 @@ per configuration, one after another in this process. Phases of every configurat
            must restore the recurrent state of the shared prefix), then all 12 together.
 The reference is the first configuration starting with ``plain`` (no speculation, radix cache off). Results:
 ``--out/results.jsonl``, one line per configuration: per phase and batch size the prompts equal to the
-reference, the first mismatch and the mean accept length. ``_fault_chain`` / ``_fault_siblings`` configurations
-inject the test plugin's ``DDTREE_TEST_HYBRID_FAULT`` (commit row accept_len - 1; children linked highest row
-first): a suite that catches a wrong state must see them diverge. ``dd_auto_cycle*`` run budget auto through the
-test plugin's ``DDTREE_TEST_CYCLE_BUDGETS`` (every bucket in turn, 0 = no drafting included).
+reference, the tokens they share with it before the first difference (``prefix_tokens`` of ``tokens``), the
+first mismatch and the mean accept length. ``_fault_chain`` / ``_fault_siblings`` configurations inject the test
+plugin's ``DDTREE_TEST_HYBRID_FAULT`` (commit row accept_len - 1; children linked highest row first): a suite that
+catches a wrong state must see them diverge. Such a fault shows only where a round accepts a node off the tree's
+first chain, which a random drafter never drafts: ``dd_b64_oracle*`` replace the drafter's top-K with the test
+plugin's replay oracle (``DDTREE_TEST_DRAFT_ORACLE``) around the reference's own outputs (``--out/oracle.json``,
+written after the reference ran), so rounds accept planned depths through planned siblings. ``dd_auto_cycle*`` run
+budget auto through the test plugin's ``DDTREE_TEST_CYCLE_BUDGETS`` (every bucket in turn, 0 = no drafting
+included).
 """
 
 from __future__ import annotations
@@ -66,7 +71,12 @@ CONFIGS = {
     "dd_auto_cycle_nooverlap": ddtree("auto", 8, disable_overlap_schedule=True, _cycle=True),
     "dd_b64_fault_chain": ddtree(64, 8, _fault="chain_commit"),
     "dd_b64_fault_siblings": ddtree(64, 8, _fault="reversed_siblings"),
+    # the replay oracle drafts the reference's continuation at planned depths and sibling ranks
+    "dd_b64_oracle": ddtree(64, 8, _oracle=True),
+    "dd_b64_oracle_fault_chain": ddtree(64, 8, _oracle=True, _fault="chain_commit"),
+    "dd_b64_oracle_fault_siblings": ddtree(64, 8, _oracle=True, _fault="reversed_siblings"),
 }
+ORACLE_SEED = 0
 BATCH_SIZES = (1, 8, 32)
 BS1_PROMPTS = 16
 NUM_PROMPTS = 40
@@ -90,24 +100,45 @@ def make_shared_prompts(tokenizer, n=SHARED_PROMPTS, prefix_len=SHARED_PREFIX):
             for i in range(n)]
 
 
-def _engine_env(fault, cycle=False):
+def _engine_env(fault, cycle=False, oracle=""):
     env = {HYBRID_ENV: "1"}
-    if fault or cycle:
+    if fault or cycle or oracle:
         sys.path.insert(0, os.path.join(ROOT, "test", "worker"))
         import _test_plugin_env
 
         _test_plugin_env.add_plugin_path()
-        env.update({k: v for k, v in _test_plugin_env.plugin_env(hybrid_fault=fault or "", cycle_budgets=cycle).items()
-                    if k != "PYTHONPATH"})
+        hooks = _test_plugin_env.plugin_env(hybrid_fault=fault or "", cycle_budgets=cycle, draft_oracle=oracle)
+        env.update({k: v for k, v in hooks.items() if k != "PYTHONPATH"})
     return env
 
 
-def run_config(name, target, draft, prompts, shared, max_new_tokens):
+def write_oracle(path, ref, prompts, shared, vocab_size):
+    """The replay oracle's spec: every reference sequence (prompt + greedy output), position = index."""
+    seqs = []
+    for phase, phase_prompts in (("greedy", prompts), ("shared", shared)):
+        for outs in ref[phase].values():
+            seqs += [list(p) + list(o) for p, o in zip(phase_prompts, outs)]
+    with open(path, "w") as f:
+        json.dump({"replay": seqs, "vocab_size": int(vocab_size), "seed": ORACLE_SEED}, f)
+    return path
+
+
+def target_vocab_size(target):
+    with open(os.path.join(target, "config.json")) as f:
+        cfg = json.load(f)
+    return int(cfg.get("text_config", cfg)["vocab_size"])
+
+
+def run_config(name, target, draft, prompts, shared, max_new_tokens, oracle=""):
     import sglang
 
     kw = dict(CONFIGS[name])
     fault, cycle = kw.pop("_fault", None), kw.pop("_cycle", False)
-    env = _engine_env(fault, cycle) if kw.get("speculative_algorithm") == "DDTREE" else {}
+    if kw.pop("_oracle", False) and not oracle:
+        raise RuntimeError(f"{name}: the replay oracle needs the plain reference's outputs: list a plain "
+                           "configuration first")
+    oracle = oracle if "_oracle" in CONFIGS[name] else ""
+    env = _engine_env(fault, cycle, oracle) if kw.get("speculative_algorithm") == "DDTREE" else {}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):
@@ -145,15 +176,21 @@ def _generate(engine, prompts, bs, params, accept):
     return ids
 
 
+def _common_prefix(a, b):
+    return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def compare(ref_outs, outs):
     eq = [a == b for a, b in zip(outs, ref_outs)]
+    prefix = sum(_common_prefix(a, b) for a, b in zip(outs, ref_outs))
     first = None
     for i, (a, b) in enumerate(zip(outs, ref_outs)):
         if a != b:
-            pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            pos = _common_prefix(a, b)
             first = dict(prompt=i, pos=pos, got=a[max(0, pos - 2) : pos + 4], ref=b[max(0, pos - 2) : pos + 4])
             break
-    return dict(equal=sum(eq), total=len(eq), first_mismatch=first)
+    return dict(equal=sum(eq), total=len(eq), prefix_tokens=prefix, tokens=sum(len(b) for b in ref_outs),
+                first_mismatch=first)
 
 
 def main():
@@ -177,7 +214,7 @@ def main():
     tok = AutoTokenizer.from_pretrained(target)
     prompts, shared = make_prompts(tok), make_shared_prompts(tok)
     os.makedirs(args.out, exist_ok=True)
-    ref = None
+    ref, oracle = None, ""
     with open(os.path.join(args.out, "results.jsonl"), "a") as f:
         for name in args.configs.split(","):
             if time.time() - t_start > args.deadline_s:
@@ -186,11 +223,13 @@ def main():
             print(f"[hybrid_parity] === {name} ({time.time() - t_start:.0f}s)", flush=True)
             rec = dict(config=name, kwargs=CONFIGS[name], fixture=args.fixture)
             try:
-                got = run_config(name, target, draft, prompts, shared, args.max_new_tokens)
+                got = run_config(name, target, draft, prompts, shared, args.max_new_tokens, oracle)
                 rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))
                 if ref is None and name.startswith("plain"):
                     ref = got
                     rec["reference"] = True
+                    oracle = write_oracle(os.path.join(args.out, "oracle.json"), ref, prompts, shared,
+                                          target_vocab_size(target))
                 if ref is not None:
                     rec["greedy"] = {bs: compare(ref["greedy"][bs], o) for bs, o in got["greedy"].items()}
                     rec["shared"] = {bs: compare(ref["shared"][bs], o) for bs, o in got["shared"].items()}

@@ -29,8 +29,9 @@ from _test_plugin_env import PLUGIN_DIR, TEST_VARS, plugin_env, process_env, wit
 from _worker_oracles import accept_walk  # noqa: E402
 
 from ddtree_test_hooks import hooks as test_hooks  # noqa: E402
-from ddtree_test_hooks.draft_oracle import (DraftOracle, load_draft_oracle, max_branch_rank,  # noqa: E402
-                                            oracle_plan, oracle_topk, replay_rounds, true_continuation)
+from ddtree_test_hooks.draft_oracle import (DraftOracle, ReplayTable, load_draft_oracle,  # noqa: E402
+                                            max_branch_rank, oracle_plan, oracle_topk, replay_rounds,
+                                            true_continuation)
 from ddtree_test_hooks.env import HookEnv  # noqa: E402
 from sglang_ddtree.config import DDTreeConfig  # noqa: E402
 from sglang_ddtree.worker.tree_api import build_tree, fill_root  # noqa: E402
@@ -125,6 +126,91 @@ def test_trees_accept_exactly_the_plan(depth, topk, budget):
         assert set(branched) == set(range(1, g.max_depth + 1)), branched
 
 
+CV = 5003  # the context sequences' vocabulary: large enough that two sequences rarely share a (position, token)
+
+
+def _context_sequences(n=24, length=60, vocab=CV, seed=7):
+    """Sequences whose next token depends on the position too (no successor map explains them)."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for _ in range(n):
+        s = torch.randint(vocab, (5,), generator=g).tolist()
+        while len(s) < length:
+            s.append((s[-1] * 31 + len(s) * 17 + s[-3]) % vocab)
+        seqs.append(s)
+    return seqs
+
+
+def test_replay_table_looks_up_positions_and_tokens():
+    seqs = _context_sequences()
+    table = ReplayTable(seqs, vocab=CV, depth=6, device="cpu")
+    roots = torch.tensor([seqs[0][10], seqs[3][57], seqs[5][58], seqs[0][10]])
+    pos = torch.tensor([10, 57, 58, 11])  # the last one: a pair off every sequence (almost surely)
+    cont = table(roots, pos)
+    assert cont[0].tolist() == seqs[0][11:17]
+    assert cont[1].tolist() == seqs[3][58:60] + [(seqs[3][57] + 1 + j) % CV for j in range(2, 6)]  # past the end
+    assert cont[2].tolist() == seqs[5][59:60] + [(seqs[5][58] + 1 + j) % CV for j in range(1, 6)]
+    if all(q[11] != int(roots[3]) for q in seqs):
+        assert cont[3].tolist() == [(int(roots[3]) + 1 + j) % CV for j in range(6)]
+    # the first sequence holding a pair wins
+    dup = ReplayTable([[3, 4, 5, 6], [3, 4, 9, 9]], vocab=V, depth=2, device="cpu")
+    assert dup(torch.tensor([4]), torch.tensor([1])).tolist() == [[5, 6]] and len(dup) == 4  # (2, 5) and (2, 9)
+
+
+def test_replay_oracle_equals_the_successor_oracle_on_a_successor_walk():
+    succ = _succ()
+    roots, pos = _inputs(64)
+    seqs = []
+    for r, p in zip(roots.tolist(), pos.tolist()):  # the walk of root r placed at position p
+        walk = [r]
+        for _ in range(20):
+            walk.append(int(succ[walk[-1]]))
+        seqs.append([0] * p + walk)
+    kw = dict(seed=3, block_size=8, topk=4, budget=64, max_accept=7, device="cpu")
+    a = DraftOracle(succ.tolist(), **kw)(roots, pos)
+    b = DraftOracle(replay=seqs, vocab=V, **kw)(roots, pos)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("depth,topk,budget", [(7, 4, 64), (15, 8, 64)])
+def test_replay_trees_accept_the_plan_on_a_context_dependent_target(depth, topk, budget):
+    """The replay oracle on sequences no successor map explains: walking each built tree against the
+    sequence (a node's target is the next sequence token while its path follows the sequence) accepts
+    exactly the plan's cut, capped where the sequence ends, through the planned sibling."""
+    seqs = _context_sequences(length=40)
+    g = DDTreeConfig(budget=budget, topk=topk, block_size=depth + 1)
+    oracle = DraftOracle(replay=seqs, vocab=CV, seed=3, block_size=g.block_size, topk=topk, budget=budget,
+                         max_accept=g.max_depth, device="cpu")
+    picks = [(i, p) for i in range(len(seqs)) for p in range(4, 39, 3)]
+    roots = torch.tensor([seqs[i][p] for i, p in picks])
+    pos = torch.tensor([p for _, p in picks])
+    lp, ids = oracle(roots, pos)
+    plan = oracle_plan(roots, pos, seed=3, max_accept=g.max_depth, max_rank=oracle.max_rank)
+    tree = build_tree(lp, ids, budget)
+    tokens = fill_root(tree, roots)
+    branched = 0
+    for n, (i, p) in enumerate(picks):
+        seq, parents = seqs[i], tree.parents[n]
+        depth_of, on_path, target_next = {0: 0}, {0: True}, {}
+        for r in range(tree.parents.shape[1]):
+            if r and bool(tree.valid[n, r]):
+                par = int(parents[r])
+                depth_of[r] = depth_of[par] + 1
+                k = p + depth_of[r]
+                on_path[r] = on_path[par] and k < len(seq) and int(tokens[n, r]) == seq[k]
+        for r, d in depth_of.items():
+            k = p + d + 1
+            target_next[r] = seq[k] if on_path[r] and k < len(seq) else -1
+        rows, _ = accept_walk(tokens[n], parents, tree.valid[n], [target_next.get(r, -1) for r in
+                                                                    range(tree.parents.shape[1])])
+        a, b, rank = int(plan.cut[n]), int(plan.branch_depth[n]), int(plan.branch_rank[n])
+        assert len(rows) - 1 == min(a, len(seq) - 1 - p), (n, len(rows) - 1, a, p)
+        if b and b < len(rows):
+            assert int(tokens[n, rows[b]]) == int(ids[n, b - 1, rank]) and rank > 0
+            branched += 1
+    assert branched > len(picks) // 3, branched
+
+
 def test_plans_cover_every_accept_length_depth_and_rank():
     roots, pos = _inputs(4000)
     plan = oracle_plan(roots, pos, seed=0, max_accept=7, max_rank=3)
@@ -200,8 +286,15 @@ def test_loader(tmp_path):
     assert "branch ranks 1..3" in oracle.describe()
     with pytest.raises(ValueError, match="vocabulary only"):
         load_draft_oracle(str(spec), g, vocab_size=V - 1, device="cpu")
+    spec.write_text(json.dumps({"replay": [[1, 2, 3, 4], [5, 6]], "vocab_size": V, "seed": 2}))
+    replay = load_draft_oracle(str(spec), g, vocab_size=V, device="cpu")
+    assert replay.vocab_size == V and replay.seed == 2 and "replay of 4 (position, token) pairs" in replay.describe()
+    with pytest.raises(ValueError, match="vocabulary only"):
+        load_draft_oracle(str(spec), g, vocab_size=V - 1, device="cpu")
     bad = tmp_path / "bad.json"
-    for content in ({"successor": [0, 5]}, {"seed": 1}, {"successor": [0, "a"]}):
+    for content in ({"successor": [0, 5]}, {"seed": 1}, {"successor": [0, "a"]}, {"replay": [[1, 2]]},
+                    {"replay": [[1, V]], "vocab_size": V}, {"replay": [], "vocab_size": V},
+                    {"replay": [[1, "a"]], "vocab_size": V}):
         bad.write_text(json.dumps(content))
         with pytest.raises(ValueError):
             load_draft_oracle(str(bad), g, vocab_size=V, device="cpu")

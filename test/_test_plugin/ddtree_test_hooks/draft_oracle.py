@@ -17,13 +17,20 @@ eagerly in an AFTER hook of ``DDTreeWorker._draft`` (after any draft CUDA-graph 
 stay untouched), so it works with and without CUDA graphs: pure tensor ops, no host sync, no per-round Python
 randomness. Enabled only by DDTREE_TEST_DRAFT_ORACLE (``ddtree_test_hooks.env``); unset, the hook is not
 even registered and production pays nothing. Output stays lossless whatever the plan.
+
+For a target that is not context-free (the hybrid fixture's plain weights, whose recurrent state moves the
+logits), a "replay" spec gives the continuation instead: the target's own greedy outputs of a reference run
+(prompt + output ids per request). The oracle looks up (root position, root token) in a sorted key table on
+the device (``torch.searchsorted``, no host sync) and plans around the next D tokens of the matching
+sequence; a root off every sequence (after a divergence) gets an arbitrary continuation, so that round
+accepts little: the plan shapes the draft only.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -82,17 +89,23 @@ def true_continuation(roots: torch.Tensor, succ: torch.Tensor, depth: int) -> to
 
 def oracle_topk(roots: torch.Tensor, positions: torch.Tensor, succ: torch.Tensor, *, depth: int, topk: int,
                 seed: int, max_accept: int, max_rank: int):
-    """The planned draft top-K.
+    """The planned draft top-K for a successor-map target.
 
     Shape: roots [bs] int, positions [bs] int, succ [V] int64 (all on one device); depth = L - 1 block
     positions; 1 <= topk <= V - 1. Returns (log_probs [bs, depth, topk] float32 sorted descending, all
     <= 0; ids [bs, depth, topk] int64 distinct per position, in [0, V)) and the ``OraclePlan``.
     """
-    vocab = succ.shape[0]
+    return planned_topk(roots, positions, true_continuation(roots, succ, depth), succ.shape[0], topk=topk,
+                        seed=seed, max_accept=max_accept, max_rank=max_rank)
+
+
+def planned_topk(roots: torch.Tensor, positions: torch.Tensor, cont: torch.Tensor, vocab: int, *, topk: int,
+                 seed: int, max_accept: int, max_rank: int):
+    """``oracle_topk`` around a given continuation. Shape: cont [bs, D] int64 in [0, vocab) (c_1 .. c_D)."""
+    depth = cont.shape[1]
     assert 1 <= topk <= vocab - 1 and depth >= 1, (topk, vocab, depth)
-    dev = succ.device
+    dev = cont.device
     plan = oracle_plan(roots, positions, seed=seed, max_accept=max_accept, max_rank=max_rank)
-    cont = true_continuation(roots, succ, depth)  # [bs, D]
     d = torch.arange(1, depth + 1, device=dev)  # [D] 1-based depth
     j = torch.arange(topk, device=dev)  # [K] rank
     present = d.unsqueeze(0) <= plan.cut.unsqueeze(1)  # [bs, D]
@@ -115,42 +128,98 @@ def oracle_topk(roots: torch.Tensor, positions: torch.Tensor, succ: torch.Tensor
     return log_probs.contiguous(), ids.contiguous(), plan
 
 
-class DraftOracle:
-    """The worker-side oracle: ``(roots [bs], positions [bs]) -> (log_probs, ids) [bs, L-1, K]``."""
+class ReplayTable:
+    """Continuations from reference sequences: (position p, token s[p]) -> s[p + 1 .. p + D] of the first
+    sequence holding that pair (later duplicates are dropped); past a sequence's end, and for pairs off
+    every sequence, an arbitrary continuation (root + 1, root + 2, ... mod vocab).
 
-    def __init__(self, successor: Sequence[int], *, seed: int, block_size: int, topk: int, budget: int,
-                 max_accept: int, device):
-        self.succ = torch.tensor(list(successor), dtype=torch.int64, device=device)
+    Shape: ``sequences`` lists of token ids (prompt + output, position = index); ``__call__`` roots [bs],
+    positions [bs] -> [bs, depth] int64 on the table's device, without host sync."""
+
+    def __init__(self, sequences: Sequence[Sequence[int]], *, vocab: int, depth: int, device):
+        self.vocab, self.depth = int(vocab), int(depth)
+        table = {}
+        for seq in sequences:
+            for p in range(len(seq) - 1):
+                key = p * self.vocab + int(seq[p])
+                if key not in table:
+                    nxt = list(seq[p + 1 : p + 1 + self.depth])
+                    table[key] = nxt + [(int(seq[p]) + 1 + j) % self.vocab for j in range(len(nxt), self.depth)]
+        keys = sorted(table)
+        self.keys = torch.tensor(keys or [-1], dtype=torch.int64, device=device)
+        self.conts = torch.tensor([table[k] for k in keys] or [[0] * self.depth], dtype=torch.int64, device=device)
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0]) if int(self.keys[0]) >= 0 else 0
+
+    def __call__(self, roots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        roots = roots.to(torch.int64)
+        q = positions.to(torch.int64) * self.vocab + roots
+        idx = torch.searchsorted(self.keys, q).clamp(max=self.keys.shape[0] - 1)
+        hit = (self.keys[idx] == q).unsqueeze(1)
+        miss = (roots.unsqueeze(1) + 1 + torch.arange(self.depth, device=roots.device)) % self.vocab
+        return torch.where(hit, self.conts[idx], miss)
+
+
+class DraftOracle:
+    """The worker-side oracle: ``(roots [bs], positions [bs]) -> (log_probs, ids) [bs, L-1, K]``, around
+    a successor map (``successor``) or a ``ReplayTable`` (``replay``: reference sequences), one of the two."""
+
+    def __init__(self, successor: Optional[Sequence[int]] = None, *, seed: int, block_size: int, topk: int,
+                 budget: int, max_accept: int, device, replay: Optional[Sequence[Sequence[int]]] = None,
+                 vocab: Optional[int] = None):
+        if (successor is None) == (replay is None):
+            raise ValueError("DraftOracle: give a successor map or replay sequences, one of the two")
         self.seed, self.depth, self.topk = int(seed), int(block_size) - 1, int(topk)
+        self.succ = None if successor is None else torch.tensor(list(successor), dtype=torch.int64, device=device)
+        self.replay = None if replay is None else ReplayTable(replay, vocab=int(vocab), depth=self.depth,
+                                                              device=device)
         self.max_accept = int(max_accept)
         self.max_rank = max_branch_rank(self.topk, int(budget), self.max_accept)
 
     @classmethod
     def from_json(cls, path: str, **kwargs) -> "DraftOracle":
-        """``path``: {"successor": [V ints], "seed": int (default 0)}."""
+        """``path``: {"successor": [V ints], "seed": int (default 0)} or
+        {"replay": [[token ids], ...], "vocab_size": V, "seed": int}."""
         with open(path) as f:
             spec = json.load(f)
-        succ = spec.get("successor") if isinstance(spec, dict) else None
+        if not isinstance(spec, dict):
+            spec = {}
+        if "replay" in spec:
+            seqs, vocab = spec["replay"], spec.get("vocab_size")
+            ok = (isinstance(vocab, int) and vocab >= 2 and isinstance(seqs, list) and seqs
+                  and all(isinstance(q, list) and all(isinstance(t, int) and 0 <= t < vocab for t in q) for q in seqs))
+            if not ok:
+                raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: need {{'replay': [[token ids in [0, vocab_size)], "
+                                 f"...], 'vocab_size': int >= 2, 'seed': int}}.")
+            return cls(seed=int(spec.get("seed", 0)), replay=seqs, vocab=vocab, **kwargs)
+        succ = spec.get("successor")
         if not isinstance(succ, list) or len(succ) < 2 or not all(isinstance(t, int) for t in succ):
-            raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: need {{'successor': [V ints], 'seed': int}}.")
+            raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: need {{'successor': [V ints], 'seed': int}} "
+                             f"or {{'replay': [[ids], ...], 'vocab_size': V, 'seed': int}}.")
         if min(succ) < 0 or max(succ) >= len(succ):
             raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: successor ids must lie in [0, {len(succ)}).")
         return cls(succ, seed=int(spec.get("seed", 0)), **kwargs)
 
     @property
     def vocab_size(self) -> int:
-        return int(self.succ.shape[0])
+        return int(self.succ.shape[0]) if self.succ is not None else self.replay.vocab
 
     def describe(self) -> str:
         branch = f"branch ranks 1..{self.max_rank}" if self.max_rank else "no branching (budget < 2 * depth)"
-        return f"vocab {self.vocab_size}, seed {self.seed}, cut 0..{self.max_accept}, {branch}"
+        source = "successor map" if self.succ is not None else f"replay of {len(self.replay)} (position, token) pairs"
+        return f"{source}, vocab {self.vocab_size}, seed {self.seed}, cut 0..{self.max_accept}, {branch}"
 
     def __call__(self, roots: torch.Tensor, positions: torch.Tensor):
         """Shape: roots [bs] int (bonus tokens), positions [bs] int (the committed lengths = the roots'
         positions). Returns new tensors (the drafter's static CUDA-graph buffers stay untouched)."""
-        log_probs, ids, _ = oracle_topk(roots.reshape(-1), positions.reshape(-1), self.succ, depth=self.depth,
-                                        topk=self.topk, seed=self.seed, max_accept=self.max_accept,
-                                        max_rank=self.max_rank)
+        roots, positions = roots.reshape(-1), positions.reshape(-1)
+        if self.succ is not None:
+            cont = true_continuation(roots, self.succ, self.depth)
+        else:
+            cont = self.replay(roots, positions)
+        log_probs, ids, _ = planned_topk(roots, positions, cont, self.vocab_size, topk=self.topk, seed=self.seed,
+                                         max_accept=self.max_accept, max_rank=self.max_rank)
         return log_probs, ids
 
 
@@ -177,11 +246,11 @@ def load_draft_oracle(path: str, geometry, *, vocab_size: int, device) -> DraftO
     oracle = DraftOracle.from_json(path, block_size=geometry.block_size, topk=geometry.topk,
                                    budget=geometry.budget, max_accept=geometry.max_depth, device=device)
     if oracle.vocab_size > int(vocab_size):
-        raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: successor table covers {oracle.vocab_size} "
+        raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: the oracle's table covers {oracle.vocab_size} "
                          f"tokens, the target's vocabulary only {vocab_size}.")
     if geometry.topk >= oracle.vocab_size:
         raise ValueError(f"DDTREE_TEST_DRAFT_ORACLE={path}: topk {geometry.topk} >= vocab {oracle.vocab_size}.")
     logger.warning("!!! DDTREE TEST DRAFT ORACLE ACTIVE (DDTREE_TEST_DRAFT_ORACLE=%s): the drafter's top-K "
-                   "is REPLACED by a plan built from a known successor table (%s). For tests only: unset it "
+                   "is REPLACED by a plan built from a known continuation (%s). For tests only: unset it "
                    "for real serving. !!!", path, oracle.describe())
     return oracle
