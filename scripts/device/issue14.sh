@@ -26,6 +26,9 @@
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
 #                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
 #                                               # triton only: can share a staging call (no .device carried)
+#     bash scripts/device/issue14.sh power      # the c 32 clock question: one GEMM at the verify shape with distinct
+#                                               # rows vs repeated drafts vs identical rows, clock and power sampled
+#                                               # (benchmark/bench_gemm_power.py), ~1 minute, torch only
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
@@ -139,6 +142,16 @@ case "${1:-}" in
     timeout -k 5 "${TOPK_TIMEOUT_S:-240}" python3 benchmark/bench_topk_lse.py --rows 15,120,224,256 \
       --out "$OUT/topk_lse.json" 2>&1 | tail -n 12
     ;;
+  power)
+    # does a GEMM's input data move the clock at the power cap? (bench_gemm_power.py: Qwen3-8B's gate_up at c 32 x
+    # 16 rows, distinct rows vs DFLASH-like repeated drafts vs all rows alike, paired, with clock / power samples;
+    # ~1 minute, torch only: it can share a staging call like `topk`)
+    OUT=${OUT:-/tmp/power_out}
+    mkdir -p "$OUT"
+    $PYT test/benchmark/test_bench_gemm_power.py 2>&1 | tail -n 6
+    timeout -k 5 "${POWER_TIMEOUT_S:-150}" python3 benchmark/bench_gemm_power.py --seconds 5 --repeats 3 \
+      --out "$OUT/gemm_power.json" 2>&1 | tail -n 14
+    ;;
   quick)
     OUT=${OUT:-/tmp/quick_out}
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-300} OUT=$OUT/checks bash $PAR \
@@ -183,7 +196,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|fiplan [unit|shape]|topk|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [unit|shape]|topk|power|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac

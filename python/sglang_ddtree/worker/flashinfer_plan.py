@@ -33,7 +33,11 @@ round's copy has run (the scheduler waits for round k before it launches round k
 reads the later schedule, made for longer bounds of the same requests, which covers its keys by the argument
 above; upstream's own sync-free plans (``fast_decode_plan``, ``fast_prefill_plan`` for EAGLE's draft extend)
 reuse the buffer the same way. Session 18 measured this plan on the H200: its checks pass, but the round was
-slower, not faster (``benchmark/results/session18/``), so the switch stays off.
+slower, not faster (``benchmark/results/session18/``, no plain flashinfer engine in that run). Session 20 paired
+both in one run (``benchmark/results/session20/shape_fiplan.json``, 8B shape, dummy weights, 2 rotated
+repetitions): medians 7.58 vs 8.00 ms a round at c 1 and 18.33 vs 19.15 ms at c 32, time outside the CUDA graphs
+1.14 vs 1.57 ms and 2.30 vs 3.23 ms, no host sync left in the round; the c 1 repetitions overlap (7.30 / 7.85 vs
+8.29 / 7.71). Two runs disagree, so the switch stays off until a run with more repetitions settles it.
 
 Anything else (eager forwards, ragged or sliding-window or cross-attention wrappers, page_size > 1, a custom
 kv_start_idx, a mask bound past the wrapper's buffer, a FlashInfer this module was not written against) runs
@@ -48,8 +52,8 @@ FlashInfer internals read (FlashInfer 0.6.14, SGLang 0.5.16's pin; ``TESTED_FLAS
 ``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``, ``_max_kv_len``).
 
 Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default: its
-GPU test and parity passed on the H200 (session 18) but the round measured slower with it; where the time goes is
-what ``benchmark/bench_flashinfer_plan.py`` times. Set with another FlashInfer than ``TESTED_FLASHINFER`` it is
+GPU test and parity passed on the H200 (session 18); the round measured slower with it in session 18 and faster in
+session 20's paired run (above); where the time goes is what ``benchmark/bench_flashinfer_plan.py`` times. Set with another FlashInfer than ``TESTED_FLASHINFER`` it is
 refused at argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
 this hook hands back to upstream).
 """
