@@ -4,7 +4,7 @@ per launch configuration, against PyTorch's ``topk`` + ``logsumexp``, at the dra
 
 Why: at the Qwen3-8B shape on the H200 (session 18, c 32, budget 15) ``topk_lse_slices_kernel`` took 349 us of each
 DDTREE round's draft (480 rows x 151936 logits): about 10x the time one read of those bf16 logits takes at the
-H200's bandwidth. Its cost is reductions, not memory: K + 2 block reductions per program, one program per
+H200's bandwidth. Its cost is reductions, not memory: 2K + 2 block reductions per program, one program per
 (row, ``block`` columns). A wider block means fewer programs and fewer reductions in all; this measures which
 (block, num_warps) is fastest per row count, and checks each against PyTorch on the same logits (values and ids
 exact, lower id first on ties; logsumexp within 2e-5 relative).
@@ -14,7 +14,11 @@ Rows: the draft head reduces (block size - 1) positions per request, at most 256
 after a warm-up, in microseconds.
 
     python benchmark/bench_topk_lse.py [--rows 15,120,256] [--vocab 151936] [--topk 8] \\
-        [--configs 4096x8,16384x16,keyed:4096x8,keyed:16384x16] [--iters 50] [--out X.json]
+        [--configs 4096x8,8192x8,16384x16] [--iters 50] [--out X.json]
+
+A packed-key form of the slice kernel (``keyed:BLOCKxWARPS``) was measured here slower on the H200 (session 20,
+``benchmark/results/session20/topk_lse.json``: 35-48 % slower than 4096x8 at 120-256 rows, 3 us faster at 15)
+and removed; configurations are plain BLOCKxWARPS.
 """
 
 from __future__ import annotations
@@ -28,34 +32,32 @@ from typing import List, Optional, Sequence, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_e2e import positive_ints, write_report  # noqa: E402
 
-DEFAULT_CONFIGS = "4096x8,8192x8,16384x16,keyed:4096x8,keyed:8192x8,keyed:16384x16,keyed:32768x16"
+DEFAULT_CONFIGS = "4096x8,8192x8,16384x16"
 
 
 def parse_rows(text: str) -> List[int]:
     return positive_ints(text, "--rows", "row counts", "15,120,256")
 
 
-def parse_configs(text: str) -> List[Tuple[int, int, bool]]:
-    """'[keyed:]BLOCKxWARPS,...' -> [(block, warps, keyed)]; block a power of two >= 64, warps one of 1, 2, 4, 8,
-    16, 32; ``keyed:`` the packed-key slice kernel (``kernels.topk_lse``)."""
+def parse_configs(text: str) -> List[Tuple[int, int]]:
+    """'BLOCKxWARPS,...' -> [(block, warps)]; block a power of two >= 64, warps one of 1, 2, 4, 8, 16, 32."""
     out = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
-        keyed = item.startswith("keyed:")
         try:
-            block, warps = (int(v) for v in item.removeprefix("keyed:").split("x"))
+            block, warps = (int(v) for v in item.split("x"))
         except ValueError:
             block = warps = 0
         if block < 64 or block & (block - 1) or warps not in (1, 2, 4, 8, 16, 32):
-            raise ValueError(f"--configs {item!r}: [keyed:]BLOCKxWARPS with BLOCK a power of two >= 64 and WARPS one "
+            raise ValueError(f"--configs {item!r}: BLOCKxWARPS with BLOCK a power of two >= 64 and WARPS one "
                              f"of 1, 2, 4, 8, 16, 32, e.g. {DEFAULT_CONFIGS}")
-        out.append((block, warps, keyed))
+        out.append((block, warps))
     if not out:
-        raise ValueError(f"--configs {text!r}: at least one [keyed:]BLOCKxWARPS, e.g. {DEFAULT_CONFIGS}")
+        raise ValueError(f"--configs {text!r}: at least one BLOCKxWARPS, e.g. {DEFAULT_CONFIGS}")
     return out
 
 
-def config_name(block: int, warps: int, keyed: bool) -> str:
-    return f"{'keyed:' if keyed else ''}{block}x{warps}"
+def config_name(block: int, warps: int) -> str:
+    return f"{block}x{warps}"
 
 
 def _event_us(torch, fn, iters: int) -> float:
@@ -91,17 +93,17 @@ def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple
         lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
         rec = {"torch_topk_logsumexp_us": _event_us(
             torch, lambda: (logits.float().topk(topk, dim=-1), torch.logsumexp(logits.float(), dim=-1)), iters)}
-        for block, warps, keyed in configs:
-            key = config_name(block, warps, keyed)
+        for block, warps in configs:
+            key = config_name(block, warps)
             try:
-                topk_lse(logits, topk, val, ids, lse, backend="triton", block=block, num_warps=warps, keyed=keyed)
+                topk_lse(logits, topk, val, ids, lse, backend="triton", block=block, num_warps=warps)
             except Exception as e:  # a configuration that does not compile or launch (registers, shared memory)
                 rec[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
                 continue
             exact = bool(torch.equal(val, want_val) and torch.equal(ids, order))
             lse_ok = bool(torch.allclose(lse, want_lse, rtol=2e-5, atol=0))
             us = _event_us(torch, lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
-                                                   num_warps=warps, keyed=keyed), iters)
+                                                   num_warps=warps), iters)
             rec[key] = {"us": us, "exact": exact, "lse_ok": lse_ok}
         ok = {k: v["us"] for k, v in rec.items() if isinstance(v, dict) and v.get("exact") and v.get("lse_ok")}
         rec["fastest"] = min(ok, key=ok.get) if ok else None
@@ -116,7 +118,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--rows", default="15,120,256", help="row counts (comma-separated)")
     ap.add_argument("--vocab", type=int, default=151936, help="columns per row (Qwen3: 151936)")
     ap.add_argument("--topk", type=int, default=8)
-    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="launch configurations [keyed:]BLOCKxWARPS (comma-separated)")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="launch configurations BLOCKxWARPS (comma-separated)")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--out", help="JSON report")
     args = ap.parse_args(argv)

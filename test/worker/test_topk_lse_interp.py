@@ -33,8 +33,7 @@ if _RUN_HERE:
 
     @pytest.mark.parametrize("rows,vocab,k,block", CASES)
     @pytest.mark.parametrize("ties", [False, True])
-    @pytest.mark.parametrize("keyed", [False, True])
-    def test_matches_torch(rows, vocab, k, block, ties, keyed):
+    def test_matches_torch(rows, vocab, k, block, ties):
         logits = _logits(rows, vocab, seed=vocab + k, ties=ties).to(DEV)
         if ties:  # row 0 <= 0, its top values zeros of both signs (-0.0 and +0.0 are equal logits: lower id first)
             logits[0] = -logits[0].abs()
@@ -42,7 +41,7 @@ if _RUN_HERE:
         val = torch.empty((rows, k), dtype=torch.float32, device=DEV)
         ids = torch.empty((rows, k), dtype=torch.int64, device=DEV)
         lse = torch.empty((rows,), dtype=torch.float32, device=DEV)
-        topk_lse(logits, k, val, ids, lse, backend="triton", block=block, keyed=keyed)
+        topk_lse(logits, k, val, ids, lse, backend="triton", block=block)
         want_val, want_ids, want_lse = _reference(logits.cpu(), k)
         assert torch.equal(val.cpu(), want_val)
         assert torch.equal(ids.cpu(), want_ids)

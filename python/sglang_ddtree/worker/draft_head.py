@@ -40,15 +40,13 @@ def topk_logprobs_local(
 
 
 def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: torch.Tensor, out_lse: torch.Tensor,
-             *, backend: str = "auto", block: int = 4096, num_warps: Optional[int] = None,
-             keyed: bool = False) -> None:
+             *, backend: str = "auto", block: int = 4096, num_warps: Optional[int] = None) -> None:
     """Each row's K largest logits (descending, float32), their column ids (int64) and its logsumexp
     (float32), written into the out tensors. Shape: logits [T, V] (any float dtype, rows contiguous),
     out_val / out_ids [T, K], out_lse [T]. ``kernels.topk_lse`` on CUDA (reads the logits once; equal values:
     the lower column first), PyTorch elsewhere. ``backend``: auto | triton | torch. ``block`` (columns per
     program) and ``num_warps`` (default 8 from block 2048 up, else 4) are the slice kernel's launch
-    configuration, ``keyed`` picks its packed-key form (same output, fewer reductions;
-    ``kernels.topk_lse``); ``benchmark/bench_topk_lse.py`` times the choices."""
+    configuration; ``benchmark/bench_topk_lse.py`` times the choices."""
     from sglang_ddtree.tree._common import next_pow2, use_triton
 
     rows, vocab = logits.shape
@@ -71,7 +69,7 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
     s_max = torch.empty((rows, slices), dtype=torch.float32, device=dev)
     s_sum = torch.empty((rows, slices), dtype=torch.float32, device=dev)
     topk_lse_slices_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_val, s_idx, s_max, s_sum, slices,
-                                           K=topk, BLOCK=block, KEYED=bool(keyed),
+                                           K=topk, BLOCK=block,
                                            num_warps=num_warps or (8 if block >= 2048 else 4))
     merged_val = out_val if out_val.is_contiguous() else torch.empty_like(out_val)
     merged_ids = out_ids if out_ids.is_contiguous() else torch.empty_like(out_ids)

@@ -11,17 +11,16 @@ phase spent 1.9 ms more GPU time per round than DFLASH's argmax (H200 profile). 
          exp(m_s - M)).
 Values are the logits' own (bf16 widened exactly to float32); no host sync, CUDA-graph capturable.
 
-Pass 1 comes in two forms with the same output (``KEYED``): per pick a max and then the lowest index holding it
-(2K + 2 block reductions per program), or each logit and its column packed into one int64 key, order-preserving
-code << 31 | complemented column, the tree builder's encoding: per pick one max, the slice max is the first pick
-(K + 1 reductions). Session 18 measured pass 1 at 349 us of a c 32 round at the Qwen3-8B shape, about ten reads
-of its logits: reductions, not memory. ``benchmark/bench_topk_lse.py`` times both per launch configuration.
+Session 18 measured pass 1 at 349 us of a c 32 round at the Qwen3-8B shape, about ten reads of its logits:
+reductions (2K + 2 per program), not memory. A packed-key form of pass 1 (each logit and its column in one int64
+key, one max per pick: K + 1 reductions) was measured slower on the H200 and removed: session 20
+(``benchmark/results/session20/topk_lse.json``, block 4096 x 8 warps, us per launch, packed vs this form):
+65.3 vs 68.3 at 15 rows, but 165.5 vs 120.2 at 120, 274.8 vs 203.2 at 224 and 310.2 vs 210.0 at 256 rows
+(35-48 % slower). ``benchmark/bench_topk_lse.py`` times the launch configurations.
 """
 
 import triton
 import triton.language as tl
-
-from sglang_ddtree.tree.kernels.build_tree import _IDX_MASK, _code_score, _score_code
 
 
 @triton.jit(do_not_specialize=["vocab"])
@@ -36,7 +35,6 @@ def topk_lse_slices_kernel(
     num_slices,  # S
     K: tl.constexpr,
     BLOCK: tl.constexpr,
-    KEYED: tl.constexpr,  # the packed-key picks (module docstring): K + 1 reductions instead of 2K + 2
 ):
     t = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
@@ -45,31 +43,15 @@ def topk_lse_slices_kernel(
     x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
     x = x.to(tl.float32)
     out = (t * num_slices + s)
-    if KEYED:
-        # the codes order every float (``_score_code`` is exact for any sign: negative bits map below 2**31, the
-        # rest above; -0 onto +0); the complemented column makes the lowest column win among equal values
-        key = (_score_code(x) << 31) | (_IDX_MASK - cols.to(tl.int64))
-        m = float("-inf")
-        for j in tl.static_range(K):
-            best = tl.max(key, axis=0)
-            v = _code_score(best >> 31)
-            if j == 0:
-                m = v
-            tl.store(slice_val_ptr + out * K + j, v)
-            tl.store(slice_idx_ptr + out * K + j, (col0 + (_IDX_MASK - (best & _IDX_MASK))).to(tl.int64))
-            key = tl.where(key == best, 0, key)  # keys are unique (the column): exactly the pick leaves
-        tl.store(slice_max_ptr + out, m)
-        tl.store(slice_sum_ptr + out, tl.sum(tl.exp(x - m), axis=0))
-    else:
-        m = tl.max(x, axis=0)
-        tl.store(slice_max_ptr + out, m)
-        tl.store(slice_sum_ptr + out, tl.sum(tl.exp(x - m), axis=0))
-        for j in tl.static_range(K):
-            v = tl.max(x, axis=0)
-            i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
-            tl.store(slice_val_ptr + out * K + j, v)
-            tl.store(slice_idx_ptr + out * K + j, (col0 + i).to(tl.int64))
-            x = tl.where(cols == i, float("-inf"), x)
+    m = tl.max(x, axis=0)
+    tl.store(slice_max_ptr + out, m)
+    tl.store(slice_sum_ptr + out, tl.sum(tl.exp(x - m), axis=0))
+    for j in tl.static_range(K):
+        v = tl.max(x, axis=0)
+        i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
+        tl.store(slice_val_ptr + out * K + j, v)
+        tl.store(slice_idx_ptr + out * K + j, (col0 + i).to(tl.int64))
+        x = tl.where(cols == i, float("-inf"), x)
 
 
 @triton.jit
