@@ -1,6 +1,7 @@
 """The test hooks' environment variables, read in this one module (once, by ``register``).
 
-DDTREE_TEST_DRAFT_ORACLE=<json path>   replace the drafter's top-K by ``draft_oracle``'s plan
+DDTREE_TEST_DRAFT_ORACLE=<json path>   replace the drafter's top-K by ``draft_oracle``'s plan (around a successor
+                                       map, or a replay of reference outputs)
 DDTREE_TEST_REVERSE_RANKS=1            reverse the drafter's top-K token order (log-probs stay sorted)
 DDTREE_TEST_VERIFY_DUMP=<dir>          save each of the first rounds' verify inputs and logits there
 DDTREE_TEST_VERIFY_DUMP_ROUNDS=<int>   how many rounds to save (default 4)
