@@ -35,6 +35,7 @@ from typing import List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_e2e import write_report  # noqa: E402
+from bench_topk_lse import _event_us  # noqa: E402
 from gpu_clocks import GpuSampler  # noqa: E402
 
 PATTERNS = ("distinct", "block16", "same")
@@ -70,16 +71,7 @@ def measure(x, w, seconds: float) -> dict:
     """Run ``x @ w`` back to back for ``seconds`` while sampling the GPU; ms per GEMM and the sampler summary."""
     import torch
 
-    for _ in range(10):
-        torch.matmul(x, w)
-    torch.cuda.synchronize()
-    probe_start, probe_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    probe_start.record()
-    for _ in range(20):
-        torch.matmul(x, w)
-    probe_end.record()
-    probe_end.synchronize()
-    per_ms = max(probe_start.elapsed_time(probe_end) / 20, 1e-3)
+    per_ms = max(_event_us(torch, lambda: torch.matmul(x, w), 20) / 1000.0, 1e-3)  # sizes the loop
     iters = max(20, int(seconds * 1000 / per_ms))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with GpuSampler(every_s=0.25) as sampler:

@@ -133,12 +133,12 @@ def run_config(name, target, draft, prompts, shared, max_new_tokens, oracle=""):
     import sglang
 
     kw = dict(CONFIGS[name])
-    fault, cycle = kw.pop("_fault", None), kw.pop("_cycle", False)
-    if kw.pop("_oracle", False) and not oracle:
+    fault, cycle, wants_oracle = kw.pop("_fault", None), kw.pop("_cycle", False), kw.pop("_oracle", False)
+    if wants_oracle and not oracle:
         raise RuntimeError(f"{name}: the replay oracle needs the plain reference's outputs: list a plain "
                            "configuration first")
-    oracle = oracle if "_oracle" in CONFIGS[name] else ""
-    env = _engine_env(fault, cycle, oracle) if kw.get("speculative_algorithm") == "DDTREE" else {}
+    env = (_engine_env(fault, cycle, oracle if wants_oracle else "") if kw.get("speculative_algorithm") == "DDTREE"
+           else {})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):

@@ -53,8 +53,8 @@ FlashInfer internals read (FlashInfer 0.6.14, SGLang 0.5.16's pin; ``TESTED_FLAS
 
 Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default: its
 GPU test and parity passed on the H200 (session 18); the round measured slower with it in session 18 and faster in
-session 20's paired run (above); where the time goes is what ``benchmark/bench_flashinfer_plan.py`` times. Set with another FlashInfer than ``TESTED_FLASHINFER`` it is
-refused at argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
+session 20's paired run (above); where the time goes is what ``benchmark/bench_flashinfer_plan.py`` times. Set
+with another FlashInfer than ``TESTED_FLASHINFER`` it is refused at argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
 this hook hands back to upstream).
 """
 

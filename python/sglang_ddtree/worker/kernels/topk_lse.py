@@ -42,10 +42,11 @@ def topk_lse_slices_kernel(
     col0 = s * BLOCK
     x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
     x = x.to(tl.float32)
-    out = (t * num_slices + s)
     m = tl.max(x, axis=0)
+    z = tl.sum(tl.exp(x - m), axis=0)
+    out = (t * num_slices + s)
     tl.store(slice_max_ptr + out, m)
-    tl.store(slice_sum_ptr + out, tl.sum(tl.exp(x - m), axis=0))
+    tl.store(slice_sum_ptr + out, z)
     for j in tl.static_range(K):
         v = tl.max(x, axis=0)
         i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
