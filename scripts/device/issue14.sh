@@ -31,7 +31,7 @@
 #                                               # (benchmark/bench_gemm_power.py), ~1 minute, torch only
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
 #                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
-#                                               # no overlap), then the tiny pair paired (AR, DDTREE b63 with the
+#                                               # no overlap; QUICK_PAIRED=0 stops there), then the tiny pair paired (AR, DDTREE b63 with the
 #                                               # draft-KV graphs, +kvgraph, and with the eager append) at bs 1 / 16
 #     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
 #                                               # logits + end to end), sharp greedy parity, accept coverage,
@@ -157,6 +157,8 @@ case "${1:-}" in
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-300} OUT=$OUT/checks bash $PAR \
       "unit=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py" \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15,sharp:dd_triton_b64,sharp:dd_triton_auto_cycle,sharp:dd_triton_b15_nooverlap --deadline-s 270"
+    # QUICK_PAIRED=0: the checks alone (they can follow another short run in the same call)
+    [ "${QUICK_PAIRED:-1}" = 0 ] && { ls -la "$OUT/checks"; exit 0; }
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
     read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_path as t; p = t(); print(p.target, p.draft)")"
