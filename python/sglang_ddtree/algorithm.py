@@ -4,7 +4,8 @@ SGLang's scheduler, model runners and CUDA-graph runners branch on ``is_*()`` pr
 algorithm object rather than on its class. DDTREE answers like DFLASH wherever the drafter is
 concerned (``is_dflash_family``, target-verify graphs for the draft), never claims ``is_eagle``, and
 adds the three methods upstream's ``CustomSpecAlgo`` lacks but the scheduler calls
-(``create_future_map``, ``need_topk``, ``carries_draft_hidden_states``).
+(``create_future_map``, ``need_topk``, ``carries_draft_hidden_states``). Its future map never asks the scheduler
+for exact host lengths before a round (``_scheduler_host_lens_needed``).
 Tokens per request in a target-verify forward come from the runner's own server args: the target's
 say ``budget + 1``; the draft runner gets a copy that says the DFlash block size.
 """
@@ -45,12 +46,30 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
     ):
         from sglang.srt.managers.overlap_utils import FutureMap
 
-        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, needs_confidence_relay)
+        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens and _scheduler_host_lens_needed(),
+                         needs_confidence_relay)
 
     def handle_server_args(self, server_args) -> None:
         from sglang_ddtree.validation import handle_ddtree_server_args
 
         handle_ddtree_server_args(server_args)
+
+
+def _scheduler_host_lens_needed() -> bool:
+    """Whether a DDTREE server needs the scheduler's exact host lengths before each overlapped decode round.
+
+    Upstream asks for them when any attention backend says ``needs_cpu_seq_lens`` (flashinfer does): the
+    scheduler then waits for the previous round to publish and copies its lengths to the host before it
+    launches the next round (``FutureMap.resolve_seq_lens_cpu``), so the CPU cannot prepare round k + 1 while
+    the GPU runs round k. A DDTREE round does not read them: it plans its forwards from the host upper bounds its
+    ``prepare_for_decode`` records (``worker._host_seq_lens``, the path fa3 and triton already take), and its own
+    flashinfer plan keeps no host buffer that a later round could overwrite early (``flashinfer_plan``'s pinned
+    ring). At the Qwen3-8B shape on the H200 that wait was 2.1 ms of a profiled flashinfer round at concurrency 1
+    (``benchmark/results/session20/shape_fiplan_analyses/``, ``resolve_seq_lens_cpu`` > ``synchronize``).
+    Two-batch overlap reads the host lengths outside the backends: there upstream's answer stands."""
+    from sglang.srt.runtime_context import get_server_args
+
+    return bool(getattr(get_server_args(), "enable_two_batch_overlap", False))
 
 
 def worker_factory(server_args):

@@ -23,6 +23,9 @@
 #     bash scripts/device/issue14.sh fiplan [unit|shape]  # DDTREE's host-sync-free flashinfer plan: its GPU checks,
 #                                               # its host time and parity (one call; `unit`: without parity), then
 #                                               # the 8B-shape breakdown with it (fa3 staged)
+#     bash scripts/device/issue14.sh fioverlap  # DDTREE's flashinfer rounds without the scheduler's wait for the last
+#                                               # round: the sync-free plan's checks, sharp flashinfer parity (upstream's
+#                                               # plan and DDTREE's, overlap on / off) and `quick`'s triton checks
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
 #                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
 #                                               # triton only: can share a staging call (no .device carried)
@@ -44,6 +47,7 @@ set -u
 cd "$(dirname "$0")/../.."
 PAR=scripts/device/parallel.sh
 PYT="python3 -m pytest -m gpu -v -rA --tb=short -p no:cacheprovider"
+UNIT_FI="unit_fi=$PYT test/worker/test_flashinfer_plan_gpu.py test/worker/test_flashinfer_plan_interp.py test/benchmark/test_bench_flashinfer_plan.py && python3 benchmark/bench_flashinfer_plan.py --bs 1,8,32 --out \$CMD_OUT/plan_host_us.json"
 MODELS='python3 -c "import sys; sys.path.insert(0, \"test/worker\"); from _generated_models import generate_models; generate_models(sys.argv[1])"'
 case "${1:-}" in
   shape)
@@ -123,12 +127,23 @@ case "${1:-}" in
       ls -la "$OUT"
       exit 0
     fi
-    UNIT="unit=$PYT test/worker/test_flashinfer_plan_gpu.py test/worker/test_flashinfer_plan_interp.py test/benchmark/test_bench_flashinfer_plan.py && python3 benchmark/bench_flashinfer_plan.py --bs 1,8,32 --out \$CMD_OUT/plan_host_us.json"
+    UNIT=$UNIT_FI
     # `fiplan unit`: only the GPU tests and the host timing (~1 minute; parity passed in session 18 and the
     # plan has not changed since)
     [ "${2:-}" = unit ] && exec bash $PAR "$UNIT"
     exec bash $PAR "$UNIT" \
       "parity=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420"
+    ;;
+  fioverlap)
+    # DDTREE's future map without the scheduler's wait before each round (algorithm._scheduler_host_lens_needed)
+    # and the sync-free plan's pinned ring, in one call (JIT cache staged first: flashinfer engines start cold in
+    # ~150 s): the plan's GPU checks and host time; sharp greedy parity on flashinfer with upstream's plan and with
+    # DDTREE's (b15 / b64, overlap on: the path that changed; b15 without overlap); and the triton checks of
+    # `quick` (session 19's prepare_for_decode change)
+    exec bash $PAR "$UNIT_FI" \
+      "parity_fi=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420" \
+      "unit_tr=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py" \
+      "parity_tr=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15,sharp:dd_triton_b64,sharp:dd_triton_auto_cycle,sharp:dd_triton_b15_nooverlap --deadline-s 400"
     ;;
   topk)
     # the draft head's top-K + logsumexp per launch configuration (bench_topk_lse.py), each checked against
@@ -198,7 +213,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|fiplan [unit|shape]|topk|power|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [unit|shape]|fioverlap|topk|power|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac

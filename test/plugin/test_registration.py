@@ -115,6 +115,25 @@ def test_create_future_map_builds_upstreams_future_map(sglang_with_plugin, monke
     assert seen["args"] == ("cpu", algo, "pool", False, False)
 
 
+@pytest.mark.parametrize("two_batch_overlap", [False, True])
+def test_future_map_asks_for_host_lengths_only_under_two_batch_overlap(sglang_with_plugin, monkeypatch,
+                                                                      two_batch_overlap):
+    """A backend's ``needs_cpu_seq_lens`` (flashinfer's) makes upstream's scheduler wait for round k and copy its
+    lengths before it launches round k + 1; DDTREE's round plans from its own host bounds, so its future map
+    declines, except under two-batch overlap, which reads them outside the backends."""
+    from sglang.srt.managers import overlap_utils
+    from sglang.srt.runtime_context import get_context
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    seen = []
+    monkeypatch.setattr(overlap_utils, "FutureMap", lambda *args: seen.append(args))
+    algo = SpeculativeAlgorithm.from_string("DDTREE")
+    with get_context().override_server_args(enable_two_batch_overlap=two_batch_overlap):
+        algo.create_future_map("cuda", "pool", needs_cpu_seq_lens=True, needs_confidence_relay=True)
+        algo.create_future_map("cuda", "pool", needs_cpu_seq_lens=False)
+    assert seen == [("cuda", algo, "pool", two_batch_overlap, True), ("cuda", algo, "pool", False, False)]
+
+
 def test_unsupported_sglang_version_is_a_clear_runtime_error(monkeypatch):
     from sglang_ddtree import plugin
 

@@ -108,8 +108,10 @@ def test_an_eligible_replay_plans_without_upstream():
     # FlashInfer's scheduler: plan()'s fa2 argument order, host bounds of every device length
     (call,) = wrapper._cached_module.calls
     qo_h, kv_h, kv_lens_h = call[3], call[4], call[5]
-    assert call[:3] == (wrapper._float_workspace_buffer, wrapper._int_workspace_buffer,
-                        wrapper._pin_memory_int_workspace_buffer)
+    assert call[:2] == (wrapper._float_workspace_buffer, wrapper._int_workspace_buffer)
+    # the host schedule goes through a ring buffer like the wrapper's pinned one, never the wrapper's own
+    pinned = wrapper._pin_memory_int_workspace_buffer
+    assert call[2] is not pinned and call[2].shape == pinned.shape and call[2].dtype == pinned.dtype
     assert call[6:] == (BS * N, BS, HEADS, KV_HEADS, 1, True, HEAD_DIM, HEAD_DIM, False, -1, -1, False, 0)
     assert torch.equal(qo_h, qo_indptr) and qo_h.device.type == kv_h.device.type == kv_lens_h.device.type == "cpu"
     device_kv = kv_indptr[1:] - kv_indptr[:-1]
@@ -212,3 +214,32 @@ def test_serves_ddtree_reads_the_servers_args_once(monkeypatch):
     monkeypatch.setattr(fp, "is_validated_ddtree_args", lambda a: False)  # a DFLASH server: upstream's plan
     other = types.SimpleNamespace()
     assert fp.serves_ddtree(other) is False and not hasattr(other, fp._LAG)
+
+
+def test_each_plan_stages_its_schedule_in_the_next_ring_buffer():
+    """A plan queued on the stream reads its host buffer when the copy runs: the next RING_SIZE - 1 plans of that
+    size must not write it (round k + 1 is planned while round k's copies may still be queued)."""
+    wrapper, updater = _wrapper(), _updater()
+    for seed in range(fp.RING_SIZE + 2):
+        _call(updater, wrapper, _Spec(seed=seed))
+    staged = [call[2] for call in wrapper._cached_module.calls]
+    ids = [t.data_ptr() for t in staged]
+    assert len(set(ids[:fp.RING_SIZE])) == fp.RING_SIZE  # RING_SIZE plans in a row: all distinct
+    assert ids[fp.RING_SIZE:] == ids[:2]  # then the oldest again, in turn
+    assert all(t.data_ptr() != wrapper._pin_memory_int_workspace_buffer.data_ptr() for t in staged)
+    # another size gets its own ring (a wrapper of other workspace size does not advance this one)
+    other = _wrapper()
+    other._pin_memory_int_workspace_buffer = torch.zeros(8, dtype=torch.int32)
+    _call(updater, other, _Spec())
+    assert other._cached_module.calls[0][2].numel() == 8
+    _call(updater, wrapper, _Spec())
+    assert wrapper._cached_module.calls[-1][2].data_ptr() == ids[2]
+
+
+def test_ring_hands_out_buffers_in_turn_and_keeps_them():
+    ring = fp._PinnedRing(size=3)
+    like = torch.zeros(5, dtype=torch.uint8)
+    got = [ring.take(like) for _ in range(7)]
+    assert [g.data_ptr() for g in got[3:]] == [g.data_ptr() for g in got[:3]] + [got[0].data_ptr()]
+    assert len({g.data_ptr() for g in got[:3]}) == 3
+    assert all(g.shape == like.shape and g.dtype == like.dtype and not g.is_pinned() for g in got)

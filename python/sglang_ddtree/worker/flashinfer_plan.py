@@ -25,14 +25,17 @@ buffers and clamps every key chunk to it (``chunk_start = min(tile * chunk, kv_l
 some chunks empty. The GPU test ``test/worker/test_flashinfer_plan_gpu.py`` checks this against upstream's plan
 on the same inputs (attention outputs, lengths below the bound, pad rows) and end to end (greedy parity).
 
-The schedule reaches the device as FlashInfer's own ``plan()`` sends it: written to the wrapper's pinned buffer
-and copied with ``cudaMemcpyAsync`` on the stream (``PrefillPlan`` in FlashInfer's ``scheduler.cuh``), which reads
+The schedule reaches the device as FlashInfer's own ``plan()`` sends it: written to a pinned host buffer and
+copied with ``cudaMemcpyAsync`` on the stream (``PrefillPlan`` in FlashInfer's ``scheduler.cuh``), which reads
 the host buffer when the copy runs. Upstream's plan() drains the stream first (its device-to-host copies); this
-one does not, so with the overlap scheduler the next round's plan of the same wrapper can be written before this
-round's copy has run (the scheduler waits for round k before it launches round k + 2, not k + 1). The replay then
-reads the later schedule, made for longer bounds of the same requests, which covers its keys by the argument
-above; upstream's own sync-free plans (``fast_decode_plan``, ``fast_prefill_plan`` for EAGLE's draft extend)
-reuse the buffer the same way. Session 18 measured this plan on the H200: its checks pass, but the round was
+one does not, so with the overlap scheduler round k + 1 is planned while round k's copies may still wait in the
+stream, and a later plan must not overwrite a host buffer whose copy has not run: the requests of a padded batch
+can change between rounds, so round k must not read round k + 1's schedule. Each plan therefore writes the next
+buffer of a ring (``_PinnedRing``, ``RING_SIZE`` buffers per size): a buffer is written again only ``RING_SIZE``
+plans later, at least two rounds later (a round plans twice: its draft block and its verify), and the scheduler
+has waited for round k before it launches round k + 2 (overlap) or for every round (no overlap). DDTREE's future
+map does not make the scheduler wait for round k before it launches round k + 1 (``algorithm``), so this ring is
+what keeps the schedules apart. Session 18 measured this plan on the H200: its checks pass, but the round was
 slower, not faster (``benchmark/results/session18/``, no plain flashinfer engine in that run). Session 20 paired
 both in one run (``benchmark/results/session20/shape_fiplan.json``, 8B shape, dummy weights, 2 rotated
 repetitions): medians 7.58 vs 8.00 ms a round at c 1 and 18.33 vs 19.15 ms at c 32, time outside the CUDA graphs
@@ -46,7 +49,7 @@ does) so that ``_cached_module`` exists.
 
 FlashInfer internals read (FlashInfer 0.6.14, SGLang 0.5.16's pin; ``TESTED_FLASHINFER``): the wrapper's
 ``is_cuda_graph_enabled``, ``_backend``, ``_cached_module.plan`` (its fa2 argument list), ``_float_workspace_buffer``,
-``_int_workspace_buffer``, ``_pin_memory_int_workspace_buffer``, ``_max_total_num_rows``, ``_qo_indptr_buf``,
+``_int_workspace_buffer``, ``_pin_memory_int_workspace_buffer`` (its size and dtype, for the ring), ``_max_total_num_rows``, ``_qo_indptr_buf``,
 ``_paged_kv_indptr_buf``, ``_paged_kv_last_page_len_buf``, ``_paged_kv_indices_buf``, ``_custom_mask_buf``,
 ``_mask_indptr_buf``, and the fields ``plan()`` sets (``_plan_info``, ``_batch_size``, ``_num_qo_heads``,
 ``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``, ``_max_kv_len``).
@@ -76,6 +79,30 @@ _BYTES_PER_PROGRAM = 256
 _SERVES = "_ddtree_sync_free_plan"  # attribute of an updater: whether this process serves DDTREE (first call)
 _LAG = "_ddtree_host_lag"  # attribute of an updater: W, the most a host length lags the device's
 _warned_over_buffers = False
+RING_SIZE = 6  # pinned schedule buffers per size: >= 2 rounds of 2 plans in flight, with margin (module docstring)
+
+
+class _PinnedRing:
+    """Host buffers for FlashInfer's schedule, handed out in turn: ``take(like)`` -> a buffer of ``like``'s size and
+    dtype (pinned where ``like`` is) that none of the last ``RING_SIZE - 1`` plans of that size was given. Buffers
+    are never freed while the process plans: a copy FlashInfer queued from one may still be pending."""
+
+    def __init__(self, size: int = RING_SIZE):
+        self.size = size
+        self._rings = {}  # (numel, dtype, pinned) -> [buffers, next index]
+
+    def take(self, like: torch.Tensor) -> torch.Tensor:
+        key = (like.numel(), like.dtype, like.is_pinned())
+        ring = self._rings.get(key)
+        if ring is None:
+            ring = self._rings[key] = [[torch.empty(like.shape, dtype=like.dtype, pin_memory=key[2])
+                                        for _ in range(self.size)], 0]
+        bufs, i = ring
+        ring[1] = (i + 1) % self.size
+        return bufs[i]
+
+
+_ring = _PinnedRing()
 
 
 def enabled() -> bool:
@@ -263,10 +290,11 @@ def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_len
 def schedule(wrapper, qo_host, kv_host, kv_lens_host, bs: int, num_qo_heads: int, num_kv_heads: int,
              head_dim: int):
     """FlashInfer's fa2 schedule of a CUDA-graph wrapper from host indptrs / key counts (page_size 1, causal off,
-    no window), as its ``plan()`` makes it: ``_cached_module.plan``'s plan info."""
+    no window), as its ``plan()`` makes it: ``_cached_module.plan``'s plan info. The schedule is staged in the
+    next pinned buffer of the ring, not the wrapper's own (module docstring)."""
     return wrapper._cached_module.plan(
-        wrapper._float_workspace_buffer, wrapper._int_workspace_buffer, wrapper._pin_memory_int_workspace_buffer,
-        qo_host, kv_host, kv_lens_host, wrapper._max_total_num_rows, bs, num_qo_heads, num_kv_heads, 1, True,
+        wrapper._float_workspace_buffer, wrapper._int_workspace_buffer,
+        _ring.take(wrapper._pin_memory_int_workspace_buffer), qo_host, kv_host, kv_lens_host, wrapper._max_total_num_rows, bs, num_qo_heads, num_kv_heads, 1, True,
         head_dim, head_dim, False, -1,
         -1, False, 0,  # fa2: fixed_split_size, disable_split_kv, num_colocated_ctas
     )
