@@ -25,7 +25,7 @@
 #                                               # the 8B-shape breakdown with it (fa3 staged)
 #     bash scripts/device/issue14.sh fioverlap  # DDTREE's flashinfer rounds without the scheduler's wait for the last
 #                                               # round: the sync-free plan's checks, sharp flashinfer parity (upstream's
-#                                               # plan and DDTREE's, overlap on / off) and `quick`'s triton checks
+#                                               # plan and DDTREE's, overlap on / off), the tree kernels
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
 #                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
 #                                               # triton only: can share a staging call (no .device carried)
@@ -138,12 +138,11 @@ case "${1:-}" in
     # DDTREE's future map without the scheduler's wait before each round (algorithm._scheduler_host_lens_needed)
     # and the sync-free plan's pinned ring, in one call (JIT cache staged first: flashinfer engines start cold in
     # ~150 s): the plan's GPU checks and host time; sharp greedy parity on flashinfer with upstream's plan and with
-    # DDTREE's (b15 / b64, overlap on: the path that changed; b15 without overlap); and the triton checks of
-    # `quick` (session 19's prepare_for_decode change)
+    # DDTREE's (b15 / b64, overlap on: the path that changed; b15 without overlap; prepare_for_decode, changed in
+    # session 19, runs on every backend); the tree and draft-KV graph kernels
     exec bash $PAR "$UNIT_FI" \
       "parity_fi=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420" \
-      "unit_tr=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py" \
-      "parity_tr=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15,sharp:dd_triton_b64,sharp:dd_triton_auto_cycle,sharp:dd_triton_b15_nooverlap --deadline-s 400"
+      "unit_tr=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py"
     ;;
   topk)
     # the draft head's top-K + logsumexp per launch configuration (bench_topk_lse.py), each checked against
