@@ -40,7 +40,10 @@ slower, not faster (``benchmark/results/session18/``, no plain flashinfer engine
 both in one run (``benchmark/results/session20/shape_fiplan.json``, 8B shape, dummy weights, 2 rotated
 repetitions): medians 7.58 vs 8.00 ms a round at c 1 and 18.33 vs 19.15 ms at c 32, time outside the CUDA graphs
 1.14 vs 1.57 ms and 2.30 vs 3.23 ms, no host sync left in the round; the c 1 repetitions overlap (7.30 / 7.85 vs
-8.29 / 7.71). Two runs disagree, so the switch stays off until a run with more repetitions settles it.
+8.29 / 7.71). Session 21, after DDTREE's future map stopped making the scheduler wait for round k before it launches
+round k + 1 (``benchmark/results/session21/shape_fiplan.json``, 2 rotated repetitions): 7.17 / 7.04 vs 7.88 / 8.27
+ms at c 1, 18.82 / 18.69 vs 19.94 / 20.21 ms at c 32, faster in every repetition; greedy parity exact (b15 / b64,
+overlap on and off). It stays off until its everyday-feature and T > 0 runs on the GPU are in.
 
 Anything else (eager forwards, ragged or sliding-window or cross-attention wrappers, page_size > 1, a custom
 kv_start_idx, a mask bound past the wrapper's buffer, a FlashInfer this module was not written against) runs
@@ -55,8 +58,8 @@ FlashInfer internals read (FlashInfer 0.6.14, SGLang 0.5.16's pin; ``TESTED_FLAS
 ``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``, ``_max_kv_len``).
 
 Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default: its
-GPU test and parity passed on the H200 (session 18); the round measured slower with it in session 18 and faster in
-session 20's paired run (above); where the time goes is what ``benchmark/bench_flashinfer_plan.py`` times. Set
+GPU test and parity passed on the H200 (sessions 18, 21); the round measured slower with it in session 18 and faster
+in the paired runs of sessions 20 and 21 (above); where the time goes is what ``benchmark/bench_flashinfer_plan.py`` times. Set
 with another FlashInfer than ``TESTED_FLASHINFER`` it is refused at argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
 this hook hands back to upstream).
 """
