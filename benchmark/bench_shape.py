@@ -3,7 +3,8 @@
 
 For each built-in shape this writes a Qwen3 (or hybrid Qwen3.5) target ``config.json`` and a DFlash drafter
 ``config.json``, starts one ``sglang.Engine`` per configuration in its own child process (``load_format="dummy"``,
-the draft following it; ``skip_tokenizer_init``), one after another, all alive on one GPU, and times them in rotated
+the draft following it, or with ``--draft-weights normal`` loading a written N(0, 0.02) checkpoint so that DFLASH's
+drafts vary as a real drafter's do; ``skip_tokenizer_init``), one after another, all alive on one GPU, and times them in rotated
 alternation as ``bench_paired.py`` does. A measurement generates c random prompts at once twice, with M1
 (``--new-tokens``) and M0 (``--base-tokens``) new tokens; per-round ms = (wall(M1) - wall(M0)) /
 (rounds(M1) - rounds(M0)), rounds = the max over requests of ``spec_verify_ct`` (``completion_tokens - 1``
@@ -19,7 +20,7 @@ can be compared at equal clocks.
 
     python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b,qwen3.5-9b] \
         [--configs plain,dflash,ddtree:16:8,ddtree:64:8,ddtree:auto:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
-        [--accept-table FILE.json] [--profile-dir D --profile-concurrency 1,32]
+        [--accept-table FILE.json] [--profile-dir D --profile-concurrency 1,32] [--draft-weights dummy|normal]
     python benchmark/bench_shape.py --plot shape.json --plot-dir plots/
 Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, ``+fa3`` /
 ``+triton`` / ``+flashinfer`` / ``+nograph`` / ``+nooverlap``; ``+fa3tree`` / ``+fa3cascade``: fa3's tree verify
@@ -199,14 +200,72 @@ def _hybrid_shape_configs(name: str) -> tuple[dict, dict]:
     return target, draft
 
 
-def write_shape(model_dir: str, name: str) -> tuple[str, str]:
-    """Write ``<model_dir>/<name>/{target,draft}/config.json``; returns the two directories."""
+# The drafter's weights (--draft-weights). With SGLang's dummy initialisation a DFlash drafter drafts one token 15
+# times, the same token in every request (session 20, results/session20/dummy_drafts.py), and one GEMM over such rows
+# runs 14 % faster at the H200's power cap than over distinct rows (session 21, results/session21/gemm_power.json):
+# DFLASH's verify rounds then cost less than a real drafter's would. ``normal`` writes the drafter a checkpoint of
+# matrices N(0, NORMAL_DRAFT_STD) and norm weights 1 and loads it (the target stays dummy): on a CPU model of the 8B
+# shape's vocabulary its DFLASH blocks hold 6-11 distinct tokens of 16 instead of 2 (session 21,
+# results/session21/draft_init_drafts.py).
+DRAFT_WEIGHTS = ("dummy", "normal")
+NORMAL_DRAFT_STD = 0.02
+
+
+def draft_weight_shapes(draft: dict) -> dict:
+    """{tensor name: shape} of a DFlash drafter checkpoint for the drafter config ``draft``, named as SGLang's DFlash
+    loader reads them (the drafter shares the target's embedding and LM head; the loader skips names it does not
+    know without a word, so every name here must be one it knows)."""
+    h, inter, hd = draft["hidden_size"], draft["intermediate_size"], draft["head_dim"]
+    q, kv = draft["num_attention_heads"] * hd, draft["num_key_value_heads"] * hd
+    shapes = {"fc.weight": (h, len(draft["dflash_config"]["target_layer_ids"]) * h), "hidden_norm.weight": (h,),
+              "norm.weight": (h,)}
+    for layer in range(draft["num_hidden_layers"]):
+        p = f"layers.{layer}."
+        shapes.update({
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter)})
+    return shapes
+
+
+def write_normal_draft_weights(draft_dir: str, draft: dict, *, std: float = NORMAL_DRAFT_STD, seed: int = 0) -> str:
+    """Write ``<draft_dir>/model.safetensors``: every matrix of ``draft_weight_shapes`` N(0, std), every norm weight
+    1, bf16, seeded; returns its path (the 8B shape's drafter: 1.05e9 parameters, 2.1 GB, seconds on a CPU)."""
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {name: (torch.ones(shape) if len(shape) == 1 else torch.randn(shape, generator=g).mul_(std)
+                      ).to(torch.bfloat16) for name, shape in draft_weight_shapes(draft).items()}
+    path = os.path.join(draft_dir, "model.safetensors")
+    save_file(tensors, path, metadata={"format": "pt"})
+    return path
+
+
+def draft_load_settings(draft_weights: str, kwargs: dict) -> dict:
+    """Engine kwargs of a config with a drafter (``kwargs`` from ``engine_kwargs``) that load the drafter from the
+    checkpoint ``write_shape`` wrote, while the target stays dummy; nothing for ``dummy`` or a config without one."""
+    if draft_weights == "normal" and "speculative_draft_model_path" in kwargs:
+        return {"speculative_draft_load_format": "auto"}
+    return {}
+
+
+def write_shape(model_dir: str, name: str, draft_weights: str = "dummy") -> tuple[str, str]:
+    """Write ``<model_dir>/<name>/{target,draft}/config.json`` (and, for ``draft_weights="normal"``, the drafter's
+    checkpoint); returns the two directories."""
+    if draft_weights not in DRAFT_WEIGHTS:
+        raise ValueError(f"draft_weights must be one of {DRAFT_WEIGHTS}, got {draft_weights!r}")
     dirs = []
     for role, cfg in zip(("target", "draft"), shape_configs(name)):
         d = os.path.join(model_dir, name, role)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f, indent=1)
+        if role == "draft" and draft_weights == "normal":
+            write_normal_draft_weights(d, cfg)
         dirs.append(d)
     return dirs[0], dirs[1]
 
@@ -573,6 +632,8 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
                      "prompts": {"seed": args.seed, "length": args.prompt_len},
                      "engine": {**engine, "port": port, "nccl_port": port + 7,
                                 **engine_kwargs(spec, draft_dir, args.attention_backend), **shape_engine,
+                                **draft_load_settings(args.draft_weights,
+                                                      engine_kwargs(spec, draft_dir, args.attention_backend)),
                                 # budget auto's start-up cost table and per-interval choices are INFO lines:
                                 # its engine log (--log-dir) keeps them
                                 **({"log_level": "info"} if is_auto(spec) else {})}}
@@ -862,6 +923,10 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.88, help="mem_fraction_static of EACH engine")
     ap.add_argument("--attention-backend", default="triton", choices=ATTENTION_BACKENDS,
                     help="of every config without its own +fa3 / +triton / +flashinfer")
+    ap.add_argument("--draft-weights", default="dummy", choices=DRAFT_WEIGHTS,
+                    help="the drafter's weights: dummy (SGLang's, like the target's: DFLASH then drafts one repeated "
+                         "token) or normal (a written checkpoint, N(0, 0.02) matrices: varied drafts like a real "
+                         "drafter's; 2.1 GB at the 8B shape)")
     ap.add_argument("--accept-table", help="JSON accept lengths for the projection (default: the DDTree paper's)")
     ap.add_argument("--model-dir", help="where the shapes' config dirs are written (default: a temp dir)")
     ap.add_argument("--start-timeout-s", type=float, default=600)
@@ -896,6 +961,7 @@ def main(argv=None) -> int:
                            "prompt_len": args.prompt_len, "prompt_token_ids": list(TOKEN_IDS), "seed": args.seed,
                            "concurrency": args.concurrency, "repeats": args.repeats, "configs": args.configs,
                            "baselines": args.baselines, "attention_backend": args.attention_backend,
+                           "draft_weights": args.draft_weights,
                            "engine": engine_settings(args), "greedy": True, "ignore_eos": True, "model_dir": args.model_dir,
                            "fake_engine": os.environ.get("BENCH_SHAPE_FAKE_ENGINE") == "1",
                            "method": "one engine process per config, all alive on one GPU; repetition r runs every "
@@ -905,7 +971,7 @@ def main(argv=None) -> int:
               "errors": {}}
     for i, shape in enumerate(args.shapes):
         target, draft = shape_configs(shape)
-        target_dir, draft_dir = write_shape(args.model_dir, shape)
+        target_dir, draft_dir = write_shape(args.model_dir, shape, args.draft_weights)
         report["shapes"][shape] = {"target": target, "draft": draft, "target_dir": target_dir, "draft_dir": draft_dir}
         def partial(results, best, engines, done, shape=shape):  # the JSON so far, in case the run is killed
             report["results"][shape], report["best_projected"][shape], report["engines"][shape] = results, best, engines

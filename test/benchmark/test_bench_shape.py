@@ -583,3 +583,52 @@ def test_killed_inside_a_repetition_keeps_its_measurements(tmp_path):
     assert len(res["plain"]["4"]["round_ms"]) == 1 and res["dflash+fa3"]["4"]["round_ms"] == []
     assert res["dflash+fa3"]["4"]["round_ms_median"] is None
     assert res["dflash+fa3"]["1"]["round_ms_ratio_vs_plain"]["per_repetition"]
+
+
+def test_normal_draft_weights_are_named_as_the_shipped_drafter_sglang_loads(tmp_path):
+    """``--draft-weights normal`` writes a checkpoint whose names and shapes follow the scheme of the shipped tiny
+    pair's drafter (loaded by SGLang on the H200; its DFlash loader skips unknown names silently), computed from a
+    drafter config alone; matrices N(0, 0.02), norm weights 1, bf16."""
+    import torch
+    from safetensors import safe_open
+
+    from sglang_ddtree.fixtures import tiny_pair_path
+
+    tiny = tiny_pair_path().draft
+    cfg = json.loads(open(os.path.join(tiny, "config.json")).read())
+    with safe_open(os.path.join(tiny, "model.safetensors"), "pt") as f:
+        shipped = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    assert bench_shape.draft_weight_shapes(cfg) == shipped
+    small = dict(cfg, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=64)
+    path = bench_shape.write_normal_draft_weights(str(tmp_path), small, seed=3)
+    assert path == str(tmp_path / "model.safetensors")
+    with safe_open(path, "pt") as f:
+        got = {k: f.get_tensor(k) for k in f.keys()}
+    assert {k: tuple(v.shape) for k, v in got.items()} == bench_shape.draft_weight_shapes(small)
+    assert all(v.dtype == torch.bfloat16 for v in got.values())
+    assert all((v == 1).all() for k, v in got.items() if v.dim() == 1)
+    mats = torch.cat([v.float().flatten() for v in got.values() if v.dim() == 2])
+    assert abs(mats.std().item() - 0.02) < 0.001 and abs(mats.mean().item()) < 0.001
+    assert len({v.float().flatten()[:8].sum().item() for v in got.values() if v.dim() == 2}) == \
+        sum(v.dim() == 2 for v in got.values())  # every matrix its own draw (SGLang's dummy repeats one seed)
+
+
+def test_the_8b_drafter_checkpoint_is_the_published_size():
+    shapes = bench_shape.draft_weight_shapes(bench_shape.shape_configs("qwen3-8b")[1])
+    assert sum(math.prod(s) for s in shapes.values()) == pytest.approx(1.05e9, rel=0.01)
+    assert len(shapes) == 3 + 5 * 11
+
+
+def test_draft_weights_reach_only_engines_with_a_drafter(tmp_path):
+    for spec in ("dflash+fa3", "ddtree:15:8", "ddtree:auto:8+flashinfer"):
+        kw = bench_shape.engine_kwargs(spec, "/d", "triton")
+        assert bench_shape.draft_load_settings("normal", kw) == {"speculative_draft_load_format": "auto"}
+        assert bench_shape.draft_load_settings("dummy", kw) == {}
+    assert bench_shape.draft_load_settings("normal", bench_shape.engine_kwargs("plain+fa3", "/d", "triton")) == {}
+    target_dir, draft_dir = bench_shape.write_shape(str(tmp_path), "qwen3-8b")  # dummy: configs only
+    assert sorted(os.listdir(draft_dir)) == ["config.json"] and sorted(os.listdir(target_dir)) == ["config.json"]
+    with pytest.raises(ValueError, match="draft_weights must be one of"):
+        bench_shape.write_shape(str(tmp_path), "qwen3-8b", "xavier")
+    proc = _cli("--out", str(tmp_path / "x.json"), "--draft-weights", "xavier", "--configs", "plain")
+    assert proc.returncode == 2 and "--draft-weights: invalid choice: 'xavier'" in proc.stderr
