@@ -205,8 +205,8 @@ def _hybrid_shape_configs(name: str) -> tuple[dict, dict]:
 # runs 14 % faster at the H200's power cap than over distinct rows (session 21, results/session21/gemm_power.json):
 # DFLASH's verify rounds then cost less than a real drafter's would. ``normal`` writes the drafter a checkpoint of
 # matrices N(0, NORMAL_DRAFT_STD) and norm weights 1 and loads it (the target stays dummy): on a CPU model of the 8B
-# shape's vocabulary its DFLASH blocks hold 3-11 distinct tokens of 16 (median 8.5) instead of 2, a DDTREE tree 9-11 (session 21,
-# results/session21/draft_init_drafts.py).
+# shape's vocabulary its DFLASH blocks hold 3-11 distinct tokens of 16 (median 8.5) instead of 2, a DDTREE tree
+# 9-11 (session 21, results/session21/draft_init_drafts.py).
 DRAFT_WEIGHTS = ("dummy", "normal")
 NORMAL_DRAFT_STD = 0.02
 

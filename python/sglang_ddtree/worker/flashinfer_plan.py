@@ -52,16 +52,17 @@ does) so that ``_cached_module`` exists.
 
 FlashInfer internals read (FlashInfer 0.6.14, SGLang 0.5.16's pin; ``TESTED_FLASHINFER``): the wrapper's
 ``is_cuda_graph_enabled``, ``_backend``, ``_cached_module.plan`` (its fa2 argument list), ``_float_workspace_buffer``,
-``_int_workspace_buffer``, ``_pin_memory_int_workspace_buffer`` (its size and dtype, for the ring), ``_max_total_num_rows``, ``_qo_indptr_buf``,
-``_paged_kv_indptr_buf``, ``_paged_kv_last_page_len_buf``, ``_paged_kv_indices_buf``, ``_custom_mask_buf``,
-``_mask_indptr_buf``, and the fields ``plan()`` sets (``_plan_info``, ``_batch_size``, ``_num_qo_heads``,
-``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``, ``_max_kv_len``).
+``_int_workspace_buffer``, ``_pin_memory_int_workspace_buffer`` (its size and dtype, for the ring),
+``_max_total_num_rows``, ``_qo_indptr_buf``, ``_paged_kv_indptr_buf``, ``_paged_kv_last_page_len_buf``,
+``_paged_kv_indices_buf``, ``_custom_mask_buf``, ``_mask_indptr_buf``, and the fields ``plan()`` sets
+(``_plan_info``, ``_batch_size``, ``_num_qo_heads``, ``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``,
+``_max_kv_len``).
 
 Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default: its
 GPU test and parity passed on the H200 (sessions 18, 21); the round measured slower with it in session 18 and faster
-in the paired runs of sessions 20 and 21 (above); where the time goes is what ``benchmark/bench_flashinfer_plan.py`` times. Set
-with another FlashInfer than ``TESTED_FLASHINFER`` it is refused at argument validation (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments
-this hook hands back to upstream).
+in the paired runs of sessions 20 and 21 (above); where the time goes is what ``benchmark/bench_flashinfer_plan.py``
+times. Set with another FlashInfer than ``TESTED_FLASHINFER`` it is refused at argument validation (SGLang 0.5.17+
+pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments this hook hands back to upstream).
 """
 
 from __future__ import annotations
@@ -297,7 +298,8 @@ def schedule(wrapper, qo_host, kv_host, kv_lens_host, bs: int, num_qo_heads: int
     next pinned buffer of the ring, not the wrapper's own (module docstring)."""
     return wrapper._cached_module.plan(
         wrapper._float_workspace_buffer, wrapper._int_workspace_buffer,
-        _ring.take(wrapper._pin_memory_int_workspace_buffer), qo_host, kv_host, kv_lens_host, wrapper._max_total_num_rows, bs, num_qo_heads, num_kv_heads, 1, True,
+        _ring.take(wrapper._pin_memory_int_workspace_buffer), qo_host, kv_host, kv_lens_host,
+        wrapper._max_total_num_rows, bs, num_qo_heads, num_kv_heads, 1, True,
         head_dim, head_dim, False, -1,
         -1, False, 0,  # fa2: fixed_split_size, disable_split_kv, num_colocated_ctas
     )
