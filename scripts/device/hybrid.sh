@@ -21,6 +21,8 @@
 #                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
 #                                             # == page size 1 on triton, flashinfer and (when staged) fa3
+# Env (shape): SHAPE_CONFIGS, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_TIMEOUT_S, SHAPE_DRAFT_WEIGHTS (normal: the drafter
+# loads a written N(0, 0.02) checkpoint, bench_shape.py --draft-weights).
 # Device tool: carry [".device"] (see ../shared/device/README.md). Every DDTREE engine runs with
 # SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 (set by the scripts and tests themselves). Each command's results.jsonl /
 # sampling.json comes back through SGLANG_DDTREE_KEEP_REPORTS (parallel.sh sets it to $OUT/<name>).
@@ -84,7 +86,7 @@ case "${1:-}" in
     mkdir -p "$OUT"
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
-    timeout -k 10 "${SHAPE_TIMEOUT_S:-540}" python3 benchmark/bench_shape.py --shapes qwen3.5-9b \
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-540}" python3 benchmark/bench_shape.py ${SHAPE_DRAFT_WEIGHTS:+--draft-weights "$SHAPE_DRAFT_WEIGHTS"} --shapes qwen3.5-9b \
       --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+triton,ddtree:7:8+triton,ddtree:15:8+fa3}" \
       --baselines dflash+fa3,plain+fa3 --concurrency "${SHAPE_CONCURRENCY:-1,8,32}" --repeats "${SHAPE_REPEATS:-2}" \
       --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 --log-dir "$OUT/logs" --out "$OUT/shape_hybrid.json" \

@@ -20,7 +20,8 @@
 #                                             # Concurrency 1,2,4,8 by default: SHAPE_CONCURRENCY=16,32,64 in a second
 #                                             # call (session 9: 5 engines x 4 levels x 2 reps took 404 s).
 # Device tool: carry [".device"] (+ ".fa3/sha.txt" after staging the fa3 parts for `paired` / `shape`).
-# Env (shape): SHAPE_CONFIGS, SHAPE_BASELINES, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_ACCEPT_TABLE, SHAPE_TIMEOUT_S.
+# Env (shape): SHAPE_CONFIGS, SHAPE_BASELINES, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_ACCEPT_TABLE, SHAPE_TIMEOUT_S,
+# SHAPE_DRAFT_WEIGHTS (normal: the drafter loads a written N(0, 0.02) checkpoint, bench_shape.py --draft-weights).
 set -u
 cd "$(dirname "$0")/../.."
 PAR=scripts/device/parallel.sh
@@ -70,7 +71,7 @@ case "${1:-}" in
     mkdir -p "$OUT"
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
-    timeout -k 10 "${SHAPE_TIMEOUT_S:-550}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-550}" python3 benchmark/bench_shape.py ${SHAPE_DRAFT_WEIGHTS:+--draft-weights "$SHAPE_DRAFT_WEIGHTS"} --shapes qwen3-8b \
       --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+triton,ddtree:auto:8+fa3}" \
       --baselines "${SHAPE_BASELINES:-dflash+fa3,plain+fa3}" --concurrency "${SHAPE_CONCURRENCY:-1,2,4,8}" \
       --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \

@@ -43,6 +43,8 @@
 # Device tool: carry [".device", ".fa3/sha.txt"] after staging the fa3 parts (../shared/device/README.md).
 # Env: SHAPE_CONFIGS, SHAPE_BASELINES, SHAPE_CONCURRENCY, SHAPE_REPEATS override the shape run's lists;
 # SHAPE_PROFILE_C (e.g. 1,32) also records and analyses profiler traces at those concurrencies.
+# SHAPE_DRAFT_WEIGHTS=normal: the drafter loads a written N(0, 0.02) checkpoint (bench_shape.py --draft-weights; DFLASH
+# then drafts varied tokens as a real drafter does instead of one repeated token, whose GEMMs run faster at the cap).
 set -u
 cd "$(dirname "$0")/../.."
 PAR=scripts/device/parallel.sh
@@ -55,7 +57,7 @@ case "${1:-}" in
     mkdir -p "$OUT/prof"
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
-    timeout -k 10 "${SHAPE_TIMEOUT_S:-540}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-540}" python3 benchmark/bench_shape.py ${SHAPE_DRAFT_WEIGHTS:+--draft-weights "$SHAPE_DRAFT_WEIGHTS"} --shapes qwen3-8b \
       --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:16:8+triton,ddtree:16:8+fa3,ddtree:64:8+triton}" \
       --baselines "${SHAPE_BASELINES:-dflash+fa3,plain+fa3}" --concurrency "${SHAPE_CONCURRENCY:-1,8,32}" \
       --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
@@ -83,7 +85,7 @@ case "${1:-}" in
       --out "$OUT/paired_bs1.json" 2>&1 | tail -n 30
     [ "$part" = shape ] || (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files
     [ "$part" = pair ] || timeout -k 10 "${SHAPE_TIMEOUT_S:-$([ "$part" = shape ] && echo 470 || echo 330)}" \
-      python3 benchmark/bench_shape.py --shapes qwen3-8b \
+      python3 benchmark/bench_shape.py ${SHAPE_DRAFT_WEIGHTS:+--draft-weights "$SHAPE_DRAFT_WEIGHTS"} --shapes qwen3-8b \
       --configs dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+triton,ddtree:15:8+flashinfer --baselines dflash+fa3 \
       --concurrency 1,32 --repeats 1 --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
       --profile-dir "$OUT/prof" --profile-concurrency 1,32 --log-dir "$OUT/logs" --out "$OUT/shape_breakdown.json" \
@@ -113,7 +115,7 @@ case "${1:-}" in
       source scripts/device/plugin_env.sh
       # five 8B engines at most on one H200 (session 18: a sixth ran out of memory in its warm-up); session 18
       # measured fa3 / triton / flashinfer+fiplan here, so the default pairs the plan with upstream's flashinfer
-      timeout -k 10 "${SHAPE_TIMEOUT_S:-470}" python3 benchmark/bench_shape.py --shapes qwen3-8b \
+      timeout -k 10 "${SHAPE_TIMEOUT_S:-470}" python3 benchmark/bench_shape.py ${SHAPE_DRAFT_WEIGHTS:+--draft-weights "$SHAPE_DRAFT_WEIGHTS"} --shapes qwen3-8b \
         --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:15:8+flashinfer,ddtree:15:8+flashinfer+fiplan}" \
         --baselines dflash+fa3,plain+fa3 --concurrency 1,32 --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 \
         --base-tokens 16 --max-total-tokens 24000 --profile-dir "$OUT/prof" --profile-concurrency 1,32 \
