@@ -45,6 +45,46 @@ def normal_init(model, std=0.02, seed=1234):
                 p.copy_(torch.randn(p.shape, generator=g) * std)
 
 
+def build_models(hidden: int, layers: int, draft_layers: int):
+    """(reference Qwen3 target at Qwen3-8B's vocabulary and head_dim, DFlash drafter, drafter config), fp32, eval."""
+    heads = hidden // 128
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), head_dim=128)
+    dcfg = DFlashConfig.for_target(cfg, num_hidden_layers=draft_layers, block_size=16, target_layer_ids=[1, layers - 2])
+    return Qwen3ForCausalLM(cfg).eval(), DFlashDraftModel(dcfg).eval(), dcfg
+
+
+@torch.no_grad()
+def draft_variety(target, drafter, dcfg, *, requests: int, prompt_len: int, budget: int, topk: int) -> list:
+    """Per request (a random prompt, seed 7): the distinct tokens of a DFLASH block (bonus + 15 argmax drafts), of a
+    DDTREE tree of ``budget`` (top-``topk`` per depth), the top-K overlap between depths and the logits' spread."""
+    g = torch.Generator().manual_seed(7)
+    rows = []
+    for r in range(requests):
+        prompt = torch.randint(0, 150000, (1, prompt_len), generator=g)
+        pos = torch.arange(prompt_len)[None]
+        with torch.no_grad():
+            out = target(prompt, pos, capture_layer_ids=dcfg.target_layer_ids)
+            context = KVCache(dcfg.num_hidden_layers)
+            context.append(drafter.context_kv(out.features, pos))
+            bonus = int(out.logits[0, -1].float().argmax())
+            logits = draft_block_logits(target, drafter, torch.tensor([bonus]), prompt_len, context)[0].float()
+        drafts = logits.argmax(-1).tolist()  # DFLASH's 15 drafts (depths 1..15)
+        lp = torch.log_softmax(logits, -1)
+        val, ids = lp.topk(topk, -1)
+        tree = build_tree(val[None], ids[None], budget)
+        tokens = fill_root(tree, torch.tensor([bonus]))[0]
+        valid = tree.valid[0]
+        tree_tokens = [int(t) for t, v in zip(tokens.tolist(), valid.tolist()) if v]
+        topk_sets = [set(ids[d].tolist()) for d in range(ids.shape[0])]
+        overlap = sum(len(topk_sets[d] & topk_sets[d + 1]) for d in range(len(topk_sets) - 1)) / (len(topk_sets) - 1)
+        spread = (logits.max(-1).values - logits.min(-1).values).median().item()
+        rows.append({"dflash_distinct_of_16": len(set([bonus] + drafts)), "dflash_drafts": drafts,
+                     "ddtree_rows": len(tree_tokens), "ddtree_distinct": len(set(tree_tokens)),
+                     "topk_overlap_between_depths_of_8": round(overlap, 2), "logit_range_median": spread})
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hidden", type=int, default=1024)
@@ -58,42 +98,13 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     torch.manual_seed(0)
-    heads = args.hidden // 128
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
-                      num_hidden_layers=args.layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 4),
-                      head_dim=128)
-    target = Qwen3ForCausalLM(cfg).eval()
-    dcfg = DFlashConfig.for_target(cfg, num_hidden_layers=args.draft_layers, block_size=16,
-                                   target_layer_ids=[1, args.layers - 2])
-    drafter = DFlashDraftModel(dcfg).eval()
+    target, drafter, dcfg = build_models(args.hidden, args.layers, args.draft_layers)
     init = dummy_init if args.init == "dummy" else normal_init
     init(target)
     init(drafter)
     target, drafter = target.to(torch.bfloat16), drafter.to(torch.bfloat16)
-    g = torch.Generator().manual_seed(7)
-    rows = []
-    for r in range(args.requests):
-        prompt = torch.randint(0, 150000, (1, args.prompt), generator=g)
-        pos = torch.arange(args.prompt)[None]
-        with torch.no_grad():
-            out = target(prompt, pos, capture_layer_ids=dcfg.target_layer_ids)
-            context = KVCache(dcfg.num_hidden_layers)
-            context.append(drafter.context_kv(out.features, pos))
-            bonus = int(out.logits[0, -1].float().argmax())
-            logits = draft_block_logits(target, drafter, torch.tensor([bonus]), args.prompt, context)[0].float()
-        drafts = logits.argmax(-1).tolist()  # DFLASH's 15 drafts (depths 1..15)
-        lp = torch.log_softmax(logits, -1)
-        val, ids = lp.topk(args.topk, -1)
-        tree = build_tree(val[None], ids[None], args.budget)
-        tokens = fill_root(tree, torch.tensor([bonus]))[0]
-        valid = tree.valid[0]
-        tree_tokens = [int(t) for t, v in zip(tokens.tolist(), valid.tolist()) if v]
-        topk_sets = [set(ids[d].tolist()) for d in range(ids.shape[0])]
-        overlap = sum(len(topk_sets[d] & topk_sets[d + 1]) for d in range(len(topk_sets) - 1)) / (len(topk_sets) - 1)
-        spread = (logits.max(-1).values - logits.min(-1).values).median().item()
-        rows.append({"dflash_distinct_of_16": len(set([bonus] + drafts)), "dflash_drafts": drafts,
-                     "ddtree_rows": len(tree_tokens), "ddtree_distinct": len(set(tree_tokens)),
-                     "topk_overlap_between_depths_of_8": round(overlap, 2), "logit_range_median": spread})
+    rows = draft_variety(target, drafter, dcfg, requests=args.requests, prompt_len=args.prompt, budget=args.budget,
+                         topk=args.topk)
     summary = {k: sorted(x[k] for x in rows) for k in ("dflash_distinct_of_16", "ddtree_rows", "ddtree_distinct",
                                                        "topk_overlap_between_depths_of_8")}
     print(json.dumps({"settings": vars(args), "summary": summary, "requests": rows,

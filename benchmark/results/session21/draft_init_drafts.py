@@ -6,8 +6,9 @@ over distinct rows (session 21, ``gemm_power.json``): the benchmark's DFLASH rou
 than a real drafter's would be. Here the target keeps SGLang's dummy weights (what ``--load-format dummy`` gives)
 and only the drafter's weights vary: ``dummy`` (uniform in [-1e-3, 1e-3], one seed for every tensor, as SGLang),
 ``normal`` (matrices N(0, 0.02), norm weights 1) and ``scaled`` (matrices N(0, 1 / fan_in), i.e. unit-variance
-activations, norm weights 1). Counted per draft block after a random 128-token prompt, as in session 20: the
-distinct tokens of a DFLASH block (bonus + 15 argmax drafts) and of a DDTREE budget-15 tree. bf16. One JSON line.
+activations, norm weights 1). Counted per draft block after a random 128-token prompt by session 20's
+``draft_variety``: the distinct tokens of a DFLASH block (bonus + 15 argmax drafts) and of a DDTREE budget-15 tree.
+bf16. One JSON line.
 
     .venv/bin/python benchmark/results/session21/draft_init_drafts.py [--draft-init dummy|normal|scaled] \
         [--hidden 1024] [--layers 4] [--draft-layers 2] [--requests 8]
@@ -23,11 +24,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "session20"))
-from dummy_drafts import dummy_init, normal_init  # noqa: E402
-
-from sglang_ddtree.reference.dflash import DFlashConfig, DFlashDraftModel, draft_block_logits  # noqa: E402
-from sglang_ddtree.reference.qwen3 import KVCache, Qwen3Config, Qwen3ForCausalLM  # noqa: E402
-from sglang_ddtree.worker.tree_api import build_tree, fill_root  # noqa: E402
+from dummy_drafts import build_models, draft_variety, dummy_init, normal_init  # noqa: E402
 
 
 @torch.no_grad()
@@ -58,35 +55,12 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     torch.manual_seed(0)
-    heads = args.hidden // 128
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
-                      num_hidden_layers=args.layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 4),
-                      head_dim=128)
-    target = Qwen3ForCausalLM(cfg).eval()
-    dcfg = DFlashConfig.for_target(cfg, num_hidden_layers=args.draft_layers, block_size=16,
-                                   target_layer_ids=[1, args.layers - 2])
-    drafter = DFlashDraftModel(dcfg).eval()
+    target, drafter, dcfg = build_models(args.hidden, args.layers, args.draft_layers)
     dummy_init(target)
     INITS[args.draft_init](drafter)
     target, drafter = target.to(torch.bfloat16), drafter.to(torch.bfloat16)
-    g = torch.Generator().manual_seed(7)
-    rows = []
-    for _ in range(args.requests):
-        prompt = torch.randint(0, 150000, (1, args.prompt), generator=g)
-        pos = torch.arange(args.prompt)[None]
-        with torch.no_grad():
-            out = target(prompt, pos, capture_layer_ids=dcfg.target_layer_ids)
-            context = KVCache(dcfg.num_hidden_layers)
-            context.append(drafter.context_kv(out.features, pos))
-            bonus = int(out.logits[0, -1].float().argmax())
-            logits = draft_block_logits(target, drafter, torch.tensor([bonus]), args.prompt, context)[0].float()
-        drafts = logits.argmax(-1).tolist()
-        val, ids = torch.log_softmax(logits, -1).topk(args.topk, -1)
-        tree = build_tree(val[None], ids[None], args.budget)
-        tokens = fill_root(tree, torch.tensor([bonus]))[0]
-        tree_tokens = [int(t) for t, v in zip(tokens.tolist(), tree.valid[0].tolist()) if v]
-        rows.append({"dflash_distinct_of_16": len(set([bonus] + drafts)), "dflash_drafts": drafts,
-                     "ddtree_rows": len(tree_tokens), "ddtree_distinct": len(set(tree_tokens))})
+    rows = draft_variety(target, drafter, dcfg, requests=args.requests, prompt_len=args.prompt, budget=args.budget,
+                         topk=args.topk)
     summary = {k: sorted(x[k] for x in rows) for k in ("dflash_distinct_of_16", "ddtree_rows", "ddtree_distinct")}
     all_drafts = [t for x in rows for t in x["dflash_drafts"]]
     summary["dflash_distinct_over_all_requests"] = len(set(all_drafts))
