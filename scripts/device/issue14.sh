@@ -26,6 +26,8 @@
 #     bash scripts/device/issue14.sh fioverlap  # DDTREE's flashinfer rounds without the scheduler's wait for the last
 #                                               # round: the sync-free plan's checks, sharp flashinfer parity (upstream's
 #                                               # plan and DDTREE's, overlap on / off), the tree kernels
+#     bash scripts/device/issue14.sh fidefault  # before the sync-free flashinfer plan can be the default: T > 0 and
+#                                               # the everyday features on flashinfer with it on
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
 #                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
 #                                               # triton only: can share a staging call (no .device carried)
@@ -146,6 +148,13 @@ case "${1:-}" in
       "parity_fi=$MODELS /tmp/m_fi && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fi --out \$CMD_OUT --configs sharp:plain_flashinfer,sharp:dd_flashinfer_b15,sharp:dd_flashinfer_b15_fiplan,sharp:dd_flashinfer_b64_fiplan,sharp:dd_flashinfer_b15_nooverlap_fiplan --deadline-s 420" \
       "unit_tr=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py"
     ;;
+  fidefault)
+    # what making DDTREE's sync-free flashinfer plan the default still needs (its plan checks and greedy parity passed
+    # in sessions 18 and 21): T > 0 and the everyday features on flashinfer with it on
+    exec bash $PAR \
+      "sampling=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_sampling_gpu.py" \
+      "features=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_features_gpu.py"
+    ;;
   topk)
     # the draft head's top-K + logsumexp per launch configuration (bench_topk_lse.py), each checked against
     # PyTorch; its GPU tests first (~1 minute). Needs only torch + triton (no SGLang bundle): it can share a
@@ -214,7 +223,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|fiplan [unit|shape]|fioverlap|topk|power|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [unit|shape]|fioverlap|fidefault|topk|power|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac
