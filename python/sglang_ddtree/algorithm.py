@@ -69,7 +69,9 @@ def _scheduler_host_lens_needed() -> bool:
     Two-batch overlap reads the host lengths outside the backends: there upstream's answer stands."""
     from sglang.srt.runtime_context import get_server_args
 
-    return bool(getattr(get_server_args(), "enable_two_batch_overlap", False))
+    from sglang_ddtree.config import resolved_args
+
+    return bool(getattr(resolved_args(get_server_args()), "enable_two_batch_overlap", False))
 
 
 def worker_factory(server_args):
