@@ -302,11 +302,12 @@ class _FakeEngine:
     A ``ddtree:auto`` fake refuses to start without ``ACCEPT_TABLE_ENV`` and a Prometheus multiprocess dir, and
     exports its rounds' budgets (``fake_auto_budgets``) through the worker's own counter code. The config named
     by ``BENCH_SHAPE_FAKE_STALL_PROFILE`` hangs in its profile (the test of a run killed while profiling); with
-    ``BENCH_SHAPE_FAKE_STALL_MEASURE=CONFIG@C`` that config hangs in its timed generates of more than the warm-up's
-    tokens at concurrency C (a run killed inside a repetition)."""
+    ``BENCH_SHAPE_FAKE_STALL_MEASURE=CONFIG@C`` that config hangs in its timed long generates (after the warm-up,
+    more than the base tokens) at concurrency C (a run killed inside a repetition)."""
 
-    def __init__(self, spec, warmup_tokens: int):
-        self.spec, (self.kind, self.budget), self.warmup_tokens = spec, config_key(spec), warmup_tokens
+    def __init__(self, spec, base_tokens: int):
+        self.spec, (self.kind, self.budget), self.base_tokens = spec, config_key(spec), base_tokens
+        self.warmed_up = False  # set by the child after its warm-up
         if self.budget == "auto":  # as the real worker: widths.accept_model reads it at start
             table = os.environ.get(ACCEPT_TABLE_ENV)
             if not table or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -315,7 +316,8 @@ class _FakeEngine:
 
     def generate(self, input_ids, sampling_params):
         m, c = sampling_params["max_new_tokens"], len(input_ids)
-        if os.environ.get("BENCH_SHAPE_FAKE_STALL_MEASURE") == f"{self.spec}@{c}" and m > self.warmup_tokens:
+        if (os.environ.get("BENCH_SHAPE_FAKE_STALL_MEASURE") == f"{self.spec}@{c}" and self.warmed_up
+                and m > self.base_tokens):
             time.sleep(600)
         rounds = m - 1 if self.kind == "plain" else math.ceil((m - 1) / 2)
         time.sleep(0.02 + 0.002 * c + rounds * fake_round_ms(self.spec, c) / 1000)
@@ -388,8 +390,13 @@ def serve() -> int:
 
         engine = sglang.Engine(model_path=setup["target"], **setup["engine"])
     try:
-        for c in setup["concurrency"]:  # warm-up: every batch size once, untimed
-            _measure(engine, spec, prompts(p["seed"], "warmup", c, p["length"]), setup["base_tokens"])
+        # warm-up: every batch size once, untimed, to the longest length a timed generate reaches (session 21: the
+        # first timed long generate of budget auto at c 32 stalled ~0.75 s at its last round, after a warm-up of
+        # base tokens only; a first-use compile at the new lengths is the suspect)
+        for c in setup["concurrency"]:
+            _measure(engine, spec, prompts(p["seed"], "warmup", c, p["length"]), setup["new_tokens"])
+        if isinstance(engine, _FakeEngine):
+            engine.warmed_up = True
         print(_TAG + json.dumps({"ready": True, "accept_table_env": os.environ.get(ACCEPT_TABLE_ENV),
                                  "prometheus_dir": prom_dir}), flush=True)
         for line in sys.stdin:
