@@ -212,23 +212,16 @@ NORMAL_DRAFT_STD = 0.02
 
 
 def draft_weight_shapes(draft: dict) -> dict:
-    """{tensor name: shape} of a DFlash drafter checkpoint for the drafter config ``draft``, named as SGLang's DFlash
-    loader reads them (the drafter shares the target's embedding and LM head; the loader skips names it does not
-    know without a word, so every name here must be one it knows)."""
-    h, inter, hd = draft["hidden_size"], draft["intermediate_size"], draft["head_dim"]
-    q, kv = draft["num_attention_heads"] * hd, draft["num_key_value_heads"] * hd
-    shapes = {"fc.weight": (h, len(draft["dflash_config"]["target_layer_ids"]) * h), "hidden_norm.weight": (h,),
-              "norm.weight": (h,)}
-    for layer in range(draft["num_hidden_layers"]):
-        p = f"layers.{layer}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
-            p + "mlp.down_proj.weight": (h, inter)})
-    return shapes
+    """{tensor name: shape} of a DFlash drafter checkpoint for the drafter config ``draft``: the reference drafter's
+    (``sglang_ddtree.reference.dflash``, built on the meta device), whose names are the ones SGLang's DFlash loader
+    maps (it skips unknown names without a word; the drafter shares the target's embedding and LM head)."""
+    import torch
+
+    from sglang_ddtree.reference.dflash import DFlashConfig, DFlashDraftModel
+
+    with torch.device("meta"):
+        model = DFlashDraftModel(DFlashConfig.from_hf_dict(draft))
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
 def write_normal_draft_weights(draft_dir: str, draft: dict, *, std: float = NORMAL_DRAFT_STD, seed: int = 0) -> str:
@@ -634,13 +627,12 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
             t_start = time.time()
             port = args.base_port + 100 * (port_index + i)
             shape_engine, shape_env = shape_settings(shape, spec)
+            spec_kwargs = engine_kwargs(spec, draft_dir, args.attention_backend)
             setup = {"spec": spec, "target": target_dir, "concurrency": args.concurrency,
                      "base_tokens": args.base_tokens, "new_tokens": args.new_tokens,
                      "prompts": {"seed": args.seed, "length": args.prompt_len},
                      "engine": {**engine, "port": port, "nccl_port": port + 7,
-                                **engine_kwargs(spec, draft_dir, args.attention_backend), **shape_engine,
-                                **draft_load_settings(args.draft_weights,
-                                                      engine_kwargs(spec, draft_dir, args.attention_backend)),
+                                **spec_kwargs, **shape_engine, **draft_load_settings(args.draft_weights, spec_kwargs),
                                 # budget auto's start-up cost table and per-interval choices are INFO lines:
                                 # its engine log (--log-dir) keeps them
                                 **({"log_level": "info"} if is_auto(spec) else {})}}
