@@ -149,9 +149,11 @@ case "${1:-}" in
       "unit_tr=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py"
     ;;
   fidefault)
-    # what making DDTREE's sync-free flashinfer plan the default still needs (its plan checks and greedy parity passed
-    # in sessions 18 and 21): T > 0 and the everyday features on flashinfer with it on
-    exec bash $PAR \
+    # what making DDTREE's sync-free flashinfer plan the default still needs: its GPU checks (session 22's work-list
+    # rewrite: a bound one KV chunk past the true key count), T > 0 and the everyday features on flashinfer with it
+    # on (session 22: T > 0 passed, the features failed before the rewrite). Stage the JIT cache first: on a fresh
+    # machine flashinfer compiles cold and the features test ran past 370 s (session 22, call 7)
+    exec bash $PAR "$UNIT_FI" \
       "sampling=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_sampling_gpu.py" \
       "features=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_features_gpu.py"
     ;;

@@ -114,16 +114,19 @@ def _ours(fp, w, spec, rpi, prefix_t, req_to_token, host):
 
 
 # prefix lengths on the device; the forward's host lengths (committed + N): one lagging the device by 10 (a round's
-# commit not yet seen; the margin max(N, W) covers it), one exact, one above, a pad row at the fill value 1
-PREFIX = [300, 17, 64, 1]
-HOST = torch.tensor([290 + N, 17 + N, 64 + N + 2, 1])
-REAL = 3 * N  # rows of the real requests (the pad row's output is discarded, as the graph runner does)
+# commit not yet seen; the margin max(N, W) covers it), one exact, one above, one whose bound spans one KV chunk
+# more than its true key count (bound 110 + 16 + 16 = 142 keys, true 116; FlashInfer picks chunks of 128 keys for
+# these bounds), a pad row at the fill value 1. Session 22: without the work-list rewrite the fourth request's rows
+# leave the reference (the merge read other rows' partial outputs).
+PREFIX = [300, 17, 64, 100, 1]
+HOST = torch.tensor([290 + N, 17 + N, 64 + N + 2, 110 + N, 1])
+REAL = 4 * N  # rows of the real requests (the pad row's output is discarded, as the graph runner does)
 
 
 def test_bounds_plan_the_attention_upstreams_plan_does():
     fi, fp = _flashinfer()
     k, v, req_to_token, q, masks = _round(PREFIX, seed=1)
-    rpi, prefix_t = torch.tensor([3, 1, 6, 0], device="cuda"), torch.tensor(PREFIX, device="cuda")
+    rpi, prefix_t = torch.tensor([3, 1, 6, 2, 0], device="cuda"), torch.tensor(PREFIX, device="cuda")
     ref = _reference(q, k, v, req_to_token, rpi, PREFIX, masks)
     spec = _Spec(masks)
     w = _wrapper(fi, len(PREFIX))
@@ -140,10 +143,10 @@ def test_bounds_plan_the_attention_upstreams_plan_does():
 def test_a_captured_graph_replays_with_the_sync_free_plan():
     fi, fp = _flashinfer()
     k, v, req_to_token, q, masks = _round(PREFIX, seed=2)
-    rpi, prefix_t = torch.tensor([3, 1, 6, 0], device="cuda"), torch.tensor(PREFIX, device="cuda")
+    rpi, prefix_t = torch.tensor([3, 1, 6, 2, 0], device="cuda"), torch.tensor(PREFIX, device="cuda")
     w = _wrapper(fi, len(PREFIX))
     # capture as SGLang does: plan() with the capture's dummy lengths, then the run inside the graph
-    cap_prefix = torch.tensor([1, 1, 1, 1], device="cuda")
+    cap_prefix = torch.tensor([1] * len(PREFIX), device="cuda")
     cap_masks = [torch.ones(N, 1 + N, dtype=torch.bool, device="cuda") for _ in PREFIX]
     _upstream_plan(w, _Spec(cap_masks), rpi, cap_prefix, req_to_token)
     q_static = q.clone()
@@ -168,7 +171,7 @@ def test_the_comparison_catches_a_wrongly_packed_mask():
     attends to other keys, and the output leaves the reference."""
     fi, fp = _flashinfer()
     k, v, req_to_token, q, masks = _round(PREFIX, seed=3)
-    rpi, prefix_t = torch.tensor([3, 1, 6, 0], device="cuda"), torch.tensor(PREFIX, device="cuda")
+    rpi, prefix_t = torch.tensor([3, 1, 6, 2, 0], device="cuda"), torch.tensor(PREFIX, device="cuda")
     ref = _reference(q, k, v, req_to_token, rpi, PREFIX, masks)
     w = _wrapper(fi, len(PREFIX))
     _upstream_plan(w, _Spec(masks), rpi, prefix_t, req_to_token)
@@ -178,3 +181,33 @@ def test_the_comparison_catches_a_wrongly_packed_mask():
     table = torch.tensor([int(f"{b:08b}"[::-1], 2) for b in range(256)], dtype=torch.uint8, device="cuda")
     w._custom_mask_buf[:used] = table[w._custom_mask_buf[:used].long()]
     assert (w.run(q, (k, v)).float()[:REAL] - ref[:REAL]).abs().max() > 0.1
+
+
+def test_without_the_work_list_rewrite_a_bound_one_chunk_long_leaves_the_reference(monkeypatch):
+    """Session 22's bug, kept reproducible: with the schedule made from the bounds and NOT rewritten for the device
+    key counts, the request whose bound spans one KV chunk more than its true count (the fourth) leaves the
+    reference, in a captured graph as SGLang replays it; with the rewrite (the tests above) it does not."""
+    fi, fp = _flashinfer()
+    k, v, req_to_token, q, masks = _round(PREFIX, seed=4)
+    rpi, prefix_t = torch.tensor([3, 1, 6, 2, 0], device="cuda"), torch.tensor(PREFIX, device="cuda")
+    ref = _reference(q, k, v, req_to_token, rpi, PREFIX, masks)
+    w = _wrapper(fi, len(PREFIX))
+    cap_masks = [torch.ones(N, 1 + N, dtype=torch.bool, device="cuda") for _ in PREFIX]
+    _upstream_plan(w, _Spec(cap_masks), rpi, torch.tensor([1] * len(PREFIX), device="cuda"), req_to_token)
+    out = torch.empty_like(q)
+    w.run(q, (k, v), out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(q, (k, v), out=out)
+    monkeypatch.setattr(fp, "rewrite_split_layout", lambda *args, **kwargs: None)
+    _ours(fp, w, _Spec(masks), rpi, prefix_t, req_to_token, HOST)
+    graph.replay()
+    torch.cuda.synchronize()
+    fourth = slice(3 * N, 4 * N)
+    assert (out.float()[fourth] - ref[fourth]).abs().max() > 0.1
+    monkeypatch.undo()
+    _ours(fp, w, _Spec(masks), rpi, prefix_t, req_to_token, HOST)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert (out.float()[:REAL] - ref[:REAL]).abs().max() < 3e-2

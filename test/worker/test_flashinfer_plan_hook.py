@@ -16,19 +16,38 @@ from sglang_ddtree.worker import hooks
 N, BS, HEADS, KV_HEADS, HEAD_DIM = 16, 3, 32, 8, 128
 
 
+PADDED, CHUNK = 40, 64  # the fake schedule's work-item capacity and KV chunk size
+
+
+def _plan_info(total_rows, cta_tile_q=64, split=1):
+    """A PrefillPlanInfo as FlashInfer 0.6.14 returns it (15 fields), its arrays at 16-byte aligned offsets."""
+    off, at = 0, {}
+    for name, size in (("request", 4 * PADDED), ("qo", 4 * PADDED), ("kv", 4 * PADDED), ("o", 4 * (BS + 1)),
+                       ("chunk", 4), ("rows", 4), ("merge", 4 * (total_rows + 1)), ("valid", PADDED)):
+        at[name], off = off, -(-(off + size) // 16) * 16
+    return [PADDED, total_rows, at["rows"], cta_tile_q, at["request"], at["qo"], at["kv"], at["merge"], at["o"],
+            at["chunk"], 0, 0, at["valid"], 1, split]
+
+
 class _Module:
-    def __init__(self):
-        self.calls = []
+    """FlashInfer's fa2 module: plan() records its arguments, writes the chunk size where the plan info says
+    (as its host-to-device copy would) and returns the plan info."""
+
+    def __init__(self, info=None):
+        self.calls, self.info = [], info
 
     def plan(self, *args):
         self.calls.append(args)
-        return ("plan info", len(self.calls))
+        info = self.info if self.info is not None else _plan_info(args[6])
+        if len(info) == fp.PLAN_INFO_FIELDS:
+            args[1][info[9]:info[9] + 4].view(torch.int32)[0] = CHUNK
+        return info
 
 
 def _wrapper(mask_capacity=4096, indices=4096):
     return types.SimpleNamespace(
         is_cuda_graph_enabled=True, _backend="fa2", _cached_module=_Module(),
-        _float_workspace_buffer=torch.zeros(4), _int_workspace_buffer=torch.zeros(4, dtype=torch.int32),
+        _float_workspace_buffer=torch.zeros(4), _int_workspace_buffer=torch.full((2048,), 0x5A, dtype=torch.uint8),
         _pin_memory_int_workspace_buffer=torch.zeros(4, dtype=torch.int32), _max_total_num_rows=BS * N,
         _qo_indptr_buf=torch.full((BS + 1,), -7, dtype=torch.int32),
         _paged_kv_indptr_buf=torch.full((BS + 1,), -7, dtype=torch.int32),
@@ -116,8 +135,32 @@ def test_an_eligible_replay_plans_without_upstream():
     assert torch.equal(qo_h, qo_indptr) and qo_h.device.type == kv_h.device.type == kv_lens_h.device.type == "cpu"
     device_kv = kv_indptr[1:] - kv_indptr[:-1]
     assert (kv_lens_h >= device_kv).all() and torch.equal(kv_h[1:], torch.cumsum(kv_lens_h, 0).to(torch.int32))
-    assert wrapper._plan_info == ("plan info", 1) and wrapper._batch_size == BS and wrapper._max_q_len == N
+    assert wrapper._plan_info == _plan_info(BS * N) and wrapper._batch_size == BS and wrapper._max_q_len == N
     assert wrapper._max_kv_len == int(kv_lens_h.max()) and wrapper._qo_indptr_last == BS * N
+    # the split-KV work list rewritten for the DEVICE key counts [116, 23, 17] in chunks of 64 (the bounds, 135 /
+    # 39 / 17, would give request 0 three chunks): 2 + 1 + 1 work items, o / merge offsets of 2, 1, 1 chunks a row
+    lay = fp.split_layout(wrapper, wrapper._plan_info, BS, N, HEADS // KV_HEADS)
+    assert lay.q_tiles == 1  # 16 rows x GQA 4 = 64 = one tile
+    assert lay.request[:4].tolist() == [0, 0, 1, 2] and lay.kv_tile[:4].tolist() == [0, 1, 0, 0]
+    assert lay.qo_tile[:4].tolist() == [0] * 4 and lay.valid.tolist() == [1] * 4 + [0] * (PADDED - 4)
+    assert lay.o_indptr.tolist() == [0, 2 * N, 3 * N, 4 * N]
+    assert lay.merge_indptr.tolist() == ([0] + [2 * (r + 1) for r in range(N)] + [2 * N + r + 1 for r in range(N)]
+                                         + [3 * N + r + 1 for r in range(N)])
+    assert int((kv_lens_h[0] + CHUNK - 1) // CHUNK) == 3, "the case must give the bound one chunk more"
+
+
+def test_a_plan_info_it_cannot_read_goes_to_upstream(caplog):
+    """A schedule that is not a CUDA-graph split-KV prefill plan of FlashInfer 0.6.14's layout: upstream's
+    call_begin_forward runs (once, with the call's own arguments) and one warning says so."""
+    info = _plan_info(BS * N, split=0)
+    wrapper = _wrapper()
+    wrapper._cached_module = _Module(info=info)
+    fp._warned_plan_info = False
+    with caplog.at_level("WARNING"):
+        out, seen, pos, kw = _call(_updater(), wrapper, _Spec())
+        _call(_updater(), wrapper, _Spec())
+    assert out == "upstream" and len(seen) == 1 and seen[0][1] == kw
+    assert sum("not a CUDA-graph split-KV prefill plan" in r.message for r in caplog.records) == 1
 
 
 def test_the_draft_block_has_no_mask_to_pack():
