@@ -26,8 +26,9 @@
 #     bash scripts/device/issue14.sh fioverlap  # DDTREE's flashinfer rounds without the scheduler's wait for the last
 #                                               # round: the sync-free plan's checks, sharp flashinfer parity (upstream's
 #                                               # plan and DDTREE's, overlap on / off), the tree kernels
-#     bash scripts/device/issue14.sh fidefault  # before the sync-free flashinfer plan can be the default: T > 0 and
-#                                               # the everyday features on flashinfer with it on
+#     bash scripts/device/issue14.sh fidefault  # before the sync-free flashinfer plan can be the default: its GPU
+#                                               # checks, T > 0, the everyday features and the trained pair's
+#                                               # parity on flashinfer with it on (JIT cache staged)
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
 #                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
 #                                               # triton only: can share a staging call (no .device carried)
@@ -151,11 +152,14 @@ case "${1:-}" in
   fidefault)
     # what making DDTREE's sync-free flashinfer plan the default still needs: its GPU checks (session 22's work-list
     # rewrite: a bound one KV chunk past the true key count), T > 0 and the everyday features on flashinfer with it
-    # on (session 22: T > 0 passed, the features failed before the rewrite). Stage the JIT cache first: on a fresh
+    # on (session 22: T > 0 passed, the features failed before the rewrite), and the trained pair's greedy parity on
+    # flashinfer with it on (attention matters there; the sharp fixture's successor map hides attention errors,
+    # ddtree_parity.py says so, and that is all fiplan's parity had run on). Stage the JIT cache first: on a fresh
     # machine flashinfer compiles cold and the features test ran past 370 s (session 22, call 7)
     exec bash $PAR "$UNIT_FI" \
       "sampling=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_sampling_gpu.py" \
-      "features=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_features_gpu.py"
+      "features=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_features_gpu.py" \
+      "pair=SGLANG_DDTREE_FLASHINFER_PLAN=1 $PYT test/worker/test_trained_pair_gpu.py -k flashinfer"
     ;;
   topk)
     # the draft head's top-K + logsumexp per launch configuration (bench_topk_lse.py), each checked against
