@@ -26,9 +26,10 @@
 #     bash scripts/device/issue14.sh fioverlap  # DDTREE's flashinfer rounds without the scheduler's wait for the last
 #                                               # round: the sync-free plan's checks, sharp flashinfer parity (upstream's
 #                                               # plan and DDTREE's, overlap on / off), the tree kernels
-#     bash scripts/device/issue14.sh fidefault  # before the sync-free flashinfer plan can be the default: its GPU
-#                                               # checks, T > 0, the everyday features and the trained pair's
-#                                               # parity on flashinfer with it on (JIT cache staged)
+#     bash scripts/device/issue14.sh fidefault [more]  # before the sync-free flashinfer plan can be the default,
+#                                               # on flashinfer with it on (JIT cache staged): its GPU checks, the
+#                                               # everyday features, the verify logits; `more`: T > 0, the trained
+#                                               # pair's parity
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
 #                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
 #                                               # triton only: can share a staging call (no .device carried)
@@ -150,16 +151,22 @@ case "${1:-}" in
       "unit_tr=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py"
     ;;
   fidefault)
-    # what making DDTREE's sync-free flashinfer plan the default still needs: its GPU checks (session 22's work-list
-    # rewrite: a bound one KV chunk past the true key count), T > 0 and the everyday features on flashinfer with it
-    # on (session 22: T > 0 passed, the features failed before the rewrite), and the trained pair's greedy parity on
-    # flashinfer with it on (attention matters there; the sharp fixture's successor map hides attention errors,
-    # ddtree_parity.py says so, and that is all fiplan's parity had run on). Stage the JIT cache first: on a fresh
-    # machine flashinfer compiles cold and the features test ran past 370 s (session 22, call 7)
+    # what making DDTREE's sync-free flashinfer plan the default still needs, on flashinfer with it on. Session 22:
+    # T > 0 passed but the everyday features failed (a bound one KV chunk past the true key count; fixed since by
+    # the work-list rewrite). Attention-sensitive checks only: the sharp fixture's successor map hides attention
+    # errors (ddtree_parity.py says so), and that is all the plan's parity had run on.
+    # `fidefault`: its GPU checks, the everyday features (trained pair, engine memory 0.4) and every tree node's
+    # verify logits against the float32 reference (0.3); `fidefault more`: T > 0 and the trained pair's greedy
+    # parity matrix (0.45 each; the two calls keep the engines within the GPU's memory). Stage the JIT cache first:
+    # on a fresh machine flashinfer compiles cold and the features test ran past 370 s (session 22, call 7)
+    if [ "${2:-}" = more ]; then
+      exec bash $PAR \
+        "sampling=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_sampling_gpu.py" \
+        "pair=SGLANG_DDTREE_FLASHINFER_PLAN=1 $PYT test/worker/test_trained_pair_gpu.py -k flashinfer"
+    fi
     exec bash $PAR "$UNIT_FI" \
-      "sampling=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_sampling_gpu.py" \
       "features=SGLANG_DDTREE_FLASHINFER_PLAN=1 DDTREE_TEST_BACKEND=flashinfer $PYT test/worker/test_features_gpu.py" \
-      "pair=SGLANG_DDTREE_FLASHINFER_PLAN=1 $PYT test/worker/test_trained_pair_gpu.py -k flashinfer"
+      "logits=SGLANG_DDTREE_FLASHINFER_PLAN=1 $PYT test/worker/test_verify_logits_gpu.py -k flashinfer"
     ;;
   topk)
     # the draft head's top-K + logsumexp per launch configuration (bench_topk_lse.py), each checked against
@@ -229,7 +236,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|fiplan [unit|shape]|fioverlap|fidefault|topk|power|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [unit|shape]|fioverlap|fidefault [more]|topk|power|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac
