@@ -216,6 +216,12 @@ if _RUN_HERE:
             assert split_layout(fresh, bad, 2, 16, 4) is None
         fresh = types.SimpleNamespace(_int_workspace_buffer=torch.zeros(4096, dtype=torch.uint8))
         assert split_layout(fresh, info, 3, 16, 4) is None, "more rows than the plan's capacity (40)"
+        odd = list(info)
+        odd[4] += 2  # request indices at an offset an int32 view cannot start at
+        assert split_layout(fresh, odd, 2, 16, 4) is None
+        far = list(info)
+        far[7] = 4096 - 8  # merge_indptr past the workspace's end
+        assert split_layout(fresh, far, 2, 16, 4) is None
 
     def test_torch_reference_is_flashinfers_layout():
         info = _info(10, 20, cta_tile_q=64)

@@ -254,9 +254,15 @@ def split_layout(wrapper, plan_info, bs: int, rows: int, group: int) -> Optional
         start = fields[field]
         return ws[start:start + count * dtype.itemsize].view(dtype)
 
-    layout = SplitLayout(view(_REQUEST, padded), view(_QO_TILE, padded), view(_KV_TILE, padded),
-                         view(_VALID, padded, torch.uint8), view(_O_INDPTR, bs + 1), view(_MERGE, bs * rows + 1),
-                         view(_CHUNK, 1), rows, cdiv(rows * group, fields[_CTA_TILE_Q]))
+    try:  # an offset not aligned to its dtype cannot be viewed (FlashInfer aligns them; a layout change would not)
+        layout = SplitLayout(view(_REQUEST, padded), view(_QO_TILE, padded), view(_KV_TILE, padded),
+                             view(_VALID, padded, torch.uint8), view(_O_INDPTR, bs + 1), view(_MERGE, bs * rows + 1),
+                             view(_CHUNK, 1), rows, cdiv(rows * group, fields[_CTA_TILE_Q]))
+    except RuntimeError:
+        return None
+    if any(t.numel() != n for t, n in ((layout.request, padded), (layout.merge_indptr, bs * rows + 1),
+                                       (layout.valid, padded), (layout.chunk, 1))):
+        return None  # an offset past the workspace's end
     setattr(wrapper, _LAYOUT, (key, layout))
     return layout
 
