@@ -61,3 +61,42 @@ if _RUN_HERE:
             assert bool((got.accept_lens == 1).all())
         if agree >= 0.9:
             assert int(got.accept_lens.max()) > 1
+
+    @pytest.mark.parametrize("budget,width", [(1, 16), (3, 16), (7, 16), (7, 9), (15, 16)])
+    @pytest.mark.parametrize("seed", range(2))
+    def test_a_small_bucket_pads_to_the_accept_width_in_the_launch(budget, width, seed):
+        """Budget auto's small buckets (N = budget + 1 rows, fewer than the server's accept width W): the kernel
+        at width W writes exactly what the round wrote before, the kernel at min(W, N) widened by ``pad_commit``
+        (every field, every column), and the PyTorch path at W agrees."""
+        from sglang_ddtree.worker.kv_commit import pad_commit
+
+        g = torch.Generator().manual_seed(seed)
+        bs, depth, vocab = 4, 15, 9
+        lp, ids = torch.log_softmax(torch.randn(bs, depth, vocab, generator=g), -1).topk(3, dim=-1)
+        tree = build_tree(lp, ids, budget, backend="torch")
+        tokens = fill_root(tree, torch.randint(vocab, (bs,), generator=g))
+        n = budget + 1
+        target = torch.randint(vocab, 2 * vocab, (bs, n), generator=g)
+        for b in range(bs):  # the target follows the first child everywhere: the longest accepts the tree allows
+            for row in range(n):
+                kids = [r for r in range(1, n) if bool(tree.valid[b, r]) and int(tree.parents[b, r]) == row]
+                if kids:
+                    target[b, row] = tokens[b, kids[0]]
+        verify_loc = (torch.randperm(4 * bs * n, generator=g)[: bs * n].view(bs, n) + 1).to(DEV)
+        prefix = torch.randint(0, 50, (bs,), generator=g).to(DEV)
+        tree = dataclasses.replace(tree, **{f.name: getattr(tree, f.name).to(DEV) for f in dataclasses.fields(tree)
+                                            if isinstance(getattr(tree, f.name), torch.Tensor)})
+        tokens, target = tokens.to(DEV), target.to(DEV)
+        before = pad_commit(greedy_accept_commit(tree, tokens, target, verify_loc, prefix, min(width, n),
+                                                 backend="triton"), width)
+        got = greedy_accept_commit(tree, tokens, target, verify_loc, prefix, width, backend="triton")
+        torch_path = greedy_accept_commit(tree, tokens, target, verify_loc, prefix, width, backend="torch")
+        assert got.out_tokens.shape == (bs, width) and got.ctx_loc_2d.shape == (bs, width)
+        for field in before._fields:
+            a, b_ = getattr(got, field), getattr(before, field)
+            assert a.dtype == b_.dtype and a.shape == b_.shape and torch.equal(a, b_), (field, a, b_)
+            if field != "ctx_rows":  # the torch path leaves rows past the accept length unspecified
+                assert torch.equal(getattr(torch_path, field), b_), field
+        assert int(got.accept_lens.max()) > 1 and int(got.accept_lens.max()) <= min(width, n)
+        with pytest.raises(ValueError, match="width"):
+            greedy_accept_commit(tree, tokens, target, verify_loc, prefix, 0, backend="triton")

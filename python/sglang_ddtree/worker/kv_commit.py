@@ -82,17 +82,21 @@ def greedy_accept_commit(
 
     Shape: tree (``sglang_ddtree.tree.Tree``, N rows), tokens [bs, N] int64 (the tree's tokens with the
     root filled in), target [bs, N] int32/int64 (the target's argmax at each row), verify_loc [bs, N]
-    int64, prefix_lens [bs] int, width W <= N. Accepts what ``verify_tree_greedy`` accepts. No host sync.
+    int64, prefix_lens [bs] int, width W >= 1: the accept width of the rows handed back. A tree of N < W rows
+    (a small bucket of budget auto) accepts at most N tokens; its columns N .. W - 1 are written as
+    ``pad_commit`` writes them, in the same launch. Accepts what ``verify_tree_greedy`` accepts. No host sync.
     """
     from sglang_ddtree.tree import accept_greedy
     from sglang_ddtree.tree._common import next_pow2, num_warps_for_rows, use_triton
 
     bs, n = tokens.shape
-    if not 1 <= width <= n:
-        raise ValueError(f"width must be in [1, {n}], got {width}")
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
     if not use_triton("greedy_accept_commit", tokens.device, backend):
+        w = min(width, n)
         res = accept_greedy(tree, target, backend="torch")
-        return commit_from_rows(target, res.accepted_node_idx[:, :width], res.num_accepted + 1, verify_loc, prefix_lens)
+        return pad_commit(commit_from_rows(target, res.accepted_node_idx[:, :w], res.num_accepted + 1, verify_loc,
+                                           prefix_lens), width)
 
     from sglang_ddtree.worker.kernels.commit import ddtree_accept_commit_kernel
 

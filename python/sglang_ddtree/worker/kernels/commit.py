@@ -27,10 +27,11 @@ def ddtree_accept_commit_kernel(
     kv_tgt_ptr,  # [bs, W] int64 out: move_kv_cache targets (0 past the accept length)
     kv_src_ptr,  # [bs, W] int64 out: move_kv_cache sources (0 past the accept length)
     ctx_row_ptr,  # [bs, W] int64 out: flattened verify row of the node at each depth (b * N past the accept length)
-    ctx_loc_ptr,  # [bs, W] int64 out: final slot of depth d = verify_loc[b, d]
+    ctx_loc_ptr,  # [bs, W] int64 out: final slot of depth d = verify_loc[b, d] (0, SGLang's dummy slot, for d >= N)
     ctx_pos_ptr,  # [bs, W] int64 out: prefix + d
     num_rows,  # N
-    width,  # W = max depth + 1 (<= N)
+    width,  # W = max depth + 1: the server's accept width; may exceed N (a small bucket of budget auto, whose
+    # tree accepts at most N tokens: columns N.. are past every accept length)
     stride_target,
     stride_loc,
     BLOCK_N: tl.constexpr,  # next_pow2(N)
@@ -47,7 +48,7 @@ def ddtree_accept_commit_kernel(
     out = b * width + ws
     tl.store(out_tok_ptr + out, tl.load(target_ptr + b * stride_target + safe, mask=live, other=0).to(tl.int64),
              mask=wm)
-    loc_d = tl.load(loc_ptr + b * stride_loc + ws, mask=wm, other=0)
+    loc_d = tl.load(loc_ptr + b * stride_loc + ws, mask=wm & (ws < num_rows), other=0)
     loc_src = tl.load(loc_ptr + b * stride_loc + safe, mask=live, other=0)
     tl.store(kv_tgt_ptr + out, tl.where(live, loc_d, 0), mask=wm)
     tl.store(kv_src_ptr + out, tl.where(live, loc_src, 0), mask=wm)
