@@ -205,3 +205,23 @@ def test_batched_equals_heap_full_size(style):
         assert int(got.num_nodes.min()) == budget + 1
         for b in range(2):
             assert_trees_equal(tree_row(got, b), build_tree_reference(lp[b], ids[b], budget))
+
+
+@pytest.mark.parametrize("nan_positions", [[0], [3, 4], list(range(6))])
+def test_nan_positions_count_as_minus_inf(nan_positions):
+    """A drafter's NaN logits give NaN log-probs over a whole position (its logsumexp is NaN): the batched path
+    and the paper's heap both read them as -inf, i.e. the same tree as with -inf written there, with no NaN
+    score and every parent an earlier row."""
+    gen = torch.Generator().manual_seed(len(nan_positions))
+    lp, ids = random_inputs(1, 6, 3, gen, "softmax")
+    lp[0, nan_positions] = float("nan")
+    as_inf = lp.clone()
+    as_inf[0, nan_positions] = float("-inf")
+    for budget in (4, 12):
+        got = build_tree_torch(lp, ids, budget)
+        assert_trees_equal(got, build_tree_torch(as_inf, ids, budget), f"budget {budget}")
+        assert_trees_equal(got, build_tree_reference(lp[0], ids[0], budget), f"heap, budget {budget}")
+        assert not bool(got.scores.isnan().any())
+        rows = torch.arange(budget + 1)
+        live = got.valid[0] & (rows > 0)
+        assert bool(((got.parents[0] >= 0) & (got.parents[0] < rows)).masked_select(live).all())

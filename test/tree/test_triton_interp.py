@@ -70,6 +70,36 @@ else:
             want = build_tree_torch(lp, ids, budget)
             assert_trees_equal(build_tree_triton(lp, ids, budget, strategy="merge"), want, style)
 
+    def test_build_kernel_nan_positions_count_as_impossible_drafts():
+        """A drafter whose logits hold a NaN has a NaN logsumexp, so a whole position of its log-probs is NaN
+        (one position, several, or a whole request). Both strategies build what the PyTorch path builds, with
+        NaN read as -inf: a valid tree (every parent an earlier row), NaN drafts below every real one. (Before:
+        NaN's float bits ranked above every real score and a row could be its own parent.)"""
+        from sglang_ddtree.tree.build import build_tree_triton
+
+        gen = torch.Generator().manual_seed(5)
+        for budget in (7, 15, 64):
+            lp, ids = random_inputs(4, 15, 8, gen, "softmax")
+            lp[1] = float("nan")  # every position
+            lp[2, 3:5] = float("nan")  # two positions
+            lp[3, 0] = float("nan")  # the first position: everything below it is unreachable
+            want = build_tree_torch(lp, ids, budget)
+            for strategy in ("bitonic", "merge"):
+                got = build_tree_triton(lp, ids, budget, strategy=strategy)
+                assert_trees_equal(got, want, f"budget {budget} {strategy}")
+            n = budget + 1
+            rows = torch.arange(n)
+            live = want.valid & (rows > 0)
+            assert bool(((want.parents >= 0) & (want.parents < rows)).masked_select(live).all())
+            assert not bool(want.scores.isnan().any())
+            finite = lp[0].clone()
+            sane = build_tree_torch(finite.unsqueeze(0), ids[:1], budget)
+            assert_trees_equal(build_tree_torch(lp[:1], ids[:1], budget), sane, "a NaN-free request is unchanged")
+            # request 2: every node at depth >= 4 (below the NaN positions 3-4) scores -inf; rows with a finite
+            # score come first
+            finite_rows = torch.isfinite(want.scores[2]) & want.valid[2]
+            assert bool((want.depths[2][finite_rows] <= 3).all())
+
     def test_build_kernel_strided_inputs():
         gen = torch.Generator().manual_seed(2)
         lp, ids = random_inputs(2, 4, 6, gen)

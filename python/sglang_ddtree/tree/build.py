@@ -51,7 +51,7 @@ def build_tree(
     """Build every request's draft tree: the ``budget`` highest-scoring prefixes.
 
     Shape: top_log_probs [bs, L-1, K] float32 (log-probs of each position's top-K tokens, each row
-    sorted descending; values above 0 count as 0), top_token_ids [bs, L-1, K] int64, root_token_ids
+    sorted descending; values above 0 count as 0, NaN as -inf), top_token_ids [bs, L-1, K] int64, root_token_ids
     [bs] int64 or None (then row 0 holds 0 and the caller fills it) -> Tree with N = budget + 1 rows.
     Node order, tie-breaking and pad values: see ``sglang_ddtree.tree``. ``backend``: "auto" (Triton on
     CUDA, PyTorch elsewhere), "triton" or "torch". No host sync; CUDA-graph safe.

@@ -57,7 +57,9 @@ def build_tree_reference(
     """Best-first heap (paper Algorithm 1) for ONE request; returns a batch-of-one CPU ``Tree``.
 
     Shape: top_log_probs [L-1, K] float32 (each row sorted descending), top_token_ids [L-1, K] int64.
-    Log-probs above 0 are clamped to 0. A node's score is the float32 sum of log-probs on its root path,
+    Log-probs above 0 are clamped to 0; NaN counts as -inf (a drafter whose logits hold a NaN gives a NaN
+    logsumexp, so the whole position is NaN: its drafts become the least likely nodes, never above a real
+    one). A node's score is the float32 sum of log-probs on its root path,
     added root to leaf. Total order (ties included): higher score first, then lower depth, then the
     parents' scores compared leaf to root (higher first), then the rank path (k_1..k_d) lexicographic.
     Every node follows its parent and its previous sibling in this order, so the heap pops nodes in it
@@ -68,7 +70,8 @@ def build_tree_reference(
     assert budget >= 1
     depth_limit, k_all = top_log_probs.shape
     k_eff = min(k_all, budget)
-    lp = [[min(float(x), 0.0) for x in row[:k_eff]] for row in top_log_probs.float().tolist()]
+    lp = [[float("-inf") if x != x else min(float(x), 0.0) for x in row[:k_eff]]
+          for row in top_log_probs.float().tolist()]
     for row in lp:
         assert all(a >= b for a, b in zip(row, row[1:])), "top_log_probs rows must be sorted descending"
     tok = top_token_ids.tolist()
@@ -149,7 +152,8 @@ def build_tree_torch(
     dev = top_log_probs.device
     n = budget + 1
     k_eff = min(k_all, budget)
-    lp = top_log_probs[:, :, :k_eff].float().clamp(max=0.0)
+    lp = top_log_probs[:, :, :k_eff].float()
+    lp = torch.where(lp.isnan(), float("-inf"), lp.clamp(max=0.0))
     levels = _select_per_depth(lp, budget)
     counts = _count_selected(levels, budget)
 

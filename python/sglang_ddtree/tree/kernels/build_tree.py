@@ -94,7 +94,8 @@ def _cand_key(par_row, lp_row, run, idx, d, k_eff, BLOCK_B: tl.constexpr, BLOCK_
     inside = (idx >= 0) & (idx < BLOCK_B)
     p_key = tl.load(par_row + idx, mask=inside & (d > 0), other=0)
     p_key = tl.where((d == 0) & (idx == 0), _ROOT_KEY, p_key)
-    lpk = tl.minimum(tl.load(lp_row + run, mask=run < k_eff, other=0.0), 0.0)
+    lpk = tl.load(lp_row + run, mask=run < k_eff, other=0.0)
+    lpk = tl.where(lpk != lpk, float("-inf"), tl.minimum(lpk, 0.0))  # NaN: an impossible draft, never above one
     p_code = p_key >> _INDEX_BITS
     cand = tl.where(p_code > 0, _code_score(p_code), float("-inf")) + lpk
     code = tl.where((p_code > 0) & (run < k_eff), _score_code(cand), 0)
@@ -242,7 +243,7 @@ def ddtree_build_kernel(
         cand_idx = (pslot_tile * BLOCK_K + ks_col).to(tl.int64)
         for d in range(depth_limit):
             lp = tl.load(lp_ptr + b * stride_lp_b + d * stride_lp_d + ks, mask=ks < k_eff, other=0.0)
-            lp = tl.minimum(lp, 0.0)
+            lp = tl.where(lp != lp, float("-inf"), tl.minimum(lp, 0.0))  # NaN (a drafter's NaN logits): -inf
             # Parent keys straight into the tile layout (odd rows reversed) from the previous depth's
             # workspace row: no in-register reversal. Depth 0: the root, key 2**62 (code 2**31 = +0).
             if d == 0:
