@@ -193,7 +193,7 @@ case "${1:-}" in
   quick)
     OUT=${OUT:-/tmp/quick_out}
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-300} OUT=$OUT/checks bash $PAR \
-      "unit=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py" \
+      "unit=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py" \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15,sharp:dd_triton_b64,sharp:dd_triton_auto_cycle,sharp:dd_triton_b15_nooverlap --deadline-s 270"
     # QUICK_PAIRED=0: the checks alone (they can follow another short run in the same call)
     [ "${QUICK_PAIRED:-1}" = 0 ] && { ls -la "$OUT/checks"; exit 0; }

@@ -85,6 +85,24 @@ def test_build_cuda_both_strategies_equal_torch(strategy):
         assert_trees_equal(got, build_tree_torch(lp, ids, case[3], roots), f"{case} {strategy}")
 
 
+@pytest.mark.parametrize("strategy", ["bitonic", "merge"])
+def test_build_cuda_reads_nan_positions_as_minus_inf(strategy):
+    """A drafter's NaN logits make whole positions NaN: the kernel builds what the PyTorch path builds with -inf
+    there (a valid tree, no NaN score; test_triton_interp.py has the same case under the interpreter)."""
+    from sglang_ddtree.tree.build import build_tree_triton
+
+    gen = torch.Generator().manual_seed(5)
+    for budget in (16, 64, 512):
+        lp, ids = random_inputs(4, 15, 8, gen, "softmax")
+        lp[1] = float("nan")
+        lp[2, 3:5] = float("nan")
+        lp[3, 0] = float("nan")
+        want = build_tree_torch(lp, ids, budget)
+        got = build_tree_triton(lp.to(DEV), ids.to(DEV), budget, strategy=strategy)
+        assert_trees_equal(got, want, f"budget {budget} {strategy}")
+        assert not bool(got.scores.isnan().any())
+
+
 def test_topology_and_accept_cuda_equal_torch():
     gen = torch.Generator().manual_seed(1)
     for case in _cases(1, 12):
