@@ -100,3 +100,22 @@ if _RUN_HERE:
         assert int(got.accept_lens.max()) > 1 and int(got.accept_lens.max()) <= min(width, n)
         with pytest.raises(ValueError, match="width"):
             greedy_accept_commit(tree, tokens, target, verify_loc, prefix, 0, backend="triton")
+
+    def test_width_zero_round_commits_the_bonus_at_the_accept_width():
+        """Budget auto's width 0 (no drafting: a root-only tree, N = 1): one accepted token, the target's, at
+        the server's accept width in one launch, as the kernel at width 1 widened by ``pad_commit`` wrote it."""
+        from sglang_ddtree.tree import Tree
+        from sglang_ddtree.worker.kv_commit import pad_commit
+
+        bs, width = 3, 16
+        tree = Tree.make_dummy(bs, 0, DEV, max_depth=width - 1)
+        tokens = fill_root(tree, torch.tensor([5, 6, 7], device=DEV))
+        target = torch.tensor([[11], [12], [13]], device=DEV)
+        verify_loc = torch.tensor([[101], [102], [103]], device=DEV)
+        prefix = torch.tensor([4, 9, 0], device=DEV)
+        before = pad_commit(greedy_accept_commit(tree, tokens, target, verify_loc, prefix, 1, backend="triton"), width)
+        got = greedy_accept_commit(tree, tokens, target, verify_loc, prefix, width, backend="triton")
+        for field in before._fields:
+            assert torch.equal(getattr(got, field), getattr(before, field)), field
+        assert got.accept_lens.tolist() == [1, 1, 1] and got.out_tokens[:, 0].tolist() == [11, 12, 13]
+        assert got.bonus.tolist() == [11, 12, 13] and got.new_seq_lens.tolist() == [5, 10, 1]
