@@ -4,8 +4,9 @@ Kernels: every ``JITFunction`` in the modules of ``sglang_ddtree.tree.kernels`` 
 ``sglang_ddtree.worker.kernels``, found by import. Specialisations: the launches the real wrappers make at
 the worker's launch sites (``tree_api.build_tree`` / ``verify_topology``, ``draft_head.topk_lse``,
 ``kv_commit.greedy_accept_commit`` / ``AcceptedKVMover``, ``sampling.draw_rows``, fa3's fused tree attention
-``worker.tree_attention``, flashinfer's tree-mask packing ``worker.flashinfer_plan.pack_tree_mask``) for the
-Qwen3-8B shape (vocab 151936, bf16 LM head, 36 layers x K/V = 72 KV buffers of 2048-byte rows, block size 16)
+``worker.tree_attention``, flashinfer's tree-mask packing ``worker.flashinfer_plan.pack_tree_mask`` and its
+split-KV work-list rewrite ``rewrite_split_layout``) for the Qwen3-8B shape (vocab 151936, bf16 LM head, 36
+layers x K/V = 72 KV buffers of 2048-byte rows, block size 16)
 at budgets 1, 15, 16, 64, 256, 512 and top-K 1, 4, 8 (top-K <= budget, as the config requires), the draft head on
 a vocab-parallel shard (tp 2, 4, 8), and ``tree.accept_greedy`` (a package op the round does not launch).
 The wrappers run on CPU tensors with ``use_triton`` patched to True and each kernel's ``run`` replaced by a
@@ -183,6 +184,20 @@ def flashinfer_mask_pack(budget: int, bs: int = 4) -> None:
                                    torch.empty(bs + 1, dtype=torch.int32), (n * (300 + n) + 7) // 8)
 
 
+def flashinfer_split_layout(budget: int, bs: int = 4) -> None:
+    """the split-KV work list rewritten from the device key counts after the sync-free plan's schedule
+    (``worker.flashinfer_plan.rewrite_split_layout``): ``bs`` requests of budget + 1 rows, 5 query tiles each."""
+    from sglang_ddtree.worker import flashinfer_plan
+
+    n, padded = budget + 1, 264
+    i32 = dict(dtype=torch.int32)
+    lay = flashinfer_plan.SplitLayout(torch.empty(padded, **i32), torch.empty(padded, **i32),
+                                      torch.empty(padded, **i32), torch.empty(padded, dtype=torch.uint8),
+                                      torch.empty(bs + 1, **i32), torch.empty(bs * n + 1, **i32),
+                                      torch.empty(1, **i32), n, 5)
+    flashinfer_plan.rewrite_split_layout(torch.arange(0, bs + 1, **i32) * (300 + n), lay)
+
+
 def draft_head_shard(topk: int, tp: int) -> None:
     """``draft_head.topk_lse`` on one rank's vocabulary shard (vocab-parallel LM head, V / tp columns)."""
     from sglang_ddtree.worker import draft_head
@@ -209,7 +224,8 @@ def cases(smoke: bool) -> list:
                  lambda: worker_round(**s)),
                 (f"tree.accept_greedy budget={s['budget']}", lambda: tree_accept(s["budget"])),
                 (f"fa3 tree attention budget={s['budget']}", lambda: fa3_tree_attention(s["budget"])),
-                (f"flashinfer mask pack budget={s['budget']}", lambda: flashinfer_mask_pack(s["budget"]))]
+                (f"flashinfer mask pack budget={s['budget']}", lambda: flashinfer_mask_pack(s["budget"])),
+                (f"flashinfer split layout budget={s['budget']}", lambda: flashinfer_split_layout(s["budget"]))]
     out = []
     for budget in BUDGETS:
         for topk in (k for k in TOPKS if k <= budget):
@@ -221,6 +237,7 @@ def cases(smoke: bool) -> list:
             out.append((f"fa3 tree attention budget={budget} {dt}", lambda b=budget, d=dt: fa3_tree_attention(b, d)))
     for bs in (1, 4, 48, 256):  # the kernel's request block (B_POW2) follows the graph's batch size
         out.append((f"flashinfer mask pack budget=15 bs={bs}", lambda b=bs: flashinfer_mask_pack(15, b)))
+        out.append((f"flashinfer split layout budget=15 bs={bs}", lambda b=bs: flashinfer_split_layout(15, b)))
     for tp in TP_SHARDS:  # the merge pass's tile follows the shard's slice count
         for topk in TOPKS:
             out.append((f"draft head tp={tp} topk={topk}", lambda k=topk, t=tp: draft_head_shard(k, t)))
