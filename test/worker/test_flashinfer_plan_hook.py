@@ -155,7 +155,7 @@ def test_a_plan_info_it_cannot_read_goes_to_upstream(caplog):
     info = _plan_info(BS * N, split=0)
     wrapper = _wrapper()
     wrapper._cached_module = _Module(info=info)
-    fp._warned_plan_info = False
+    fp._warned.discard("plan info")
     with caplog.at_level("WARNING"):
         out, seen, pos, kw = _call(_updater(), wrapper, _Spec())
         _call(_updater(), wrapper, _Spec())

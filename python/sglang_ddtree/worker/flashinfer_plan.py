@@ -96,7 +96,7 @@ TESTED_FLASHINFER = ("0.6.14",)
 _BYTES_PER_PROGRAM = 256
 _SERVES = "_ddtree_sync_free_plan"  # attribute of an updater: whether this process serves DDTREE (first call)
 _LAG = "_ddtree_host_lag"  # attribute of an updater: W, the most a host length lags the device's
-_warned_over_buffers = False
+_warned = set()  # what _warn_once has said (once per process each)
 RING_SIZE = 6  # pinned schedule buffers per size: >= 2 rounds of 2 plans in flight, with margin (module docstring)
 
 
@@ -310,12 +310,11 @@ _LAYOUT_BLOCK = 256
 
 
 # ---- the plan ---------------------------------------------------------------------------------------------
-def _warn_over_buffers(rows: int, mask_bytes: int) -> None:
-    global _warned_over_buffers
-    if not _warned_over_buffers:
-        _warned_over_buffers = True
-        logger.warning("DDTREE: a flashinfer replay's bounds exceed its wrapper's buffers (rows %d, mask bytes <= %d): "
-                       "upstream's plan() for such replays.", rows, mask_bytes)
+def _warn_once(kind: str, msg: str, *args) -> None:
+    """Log ``msg`` the first time a replay falls back to upstream's plan() for reason ``kind``."""
+    if kind not in _warned:
+        _warned.add(kind)
+        logger.warning(msg, *args)
 
 
 def serves_ddtree(updater) -> bool:
@@ -384,7 +383,8 @@ def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_len
     if (kv_indices.numel() > wrapper._paged_kv_indices_buf.numel() or total_rows > wrapper._max_total_num_rows
             or (custom_mask is not None and (not torch.is_tensor(wrapper._custom_mask_buf)
                                              or packed_bound > wrapper._custom_mask_buf.numel()))):
-        _warn_over_buffers(total_rows, packed_bound)
+        _warn_once("over buffers", "DDTREE: a flashinfer replay's bounds exceed its wrapper's buffers (rows %d, mask "
+                   "bytes <= %d): upstream's plan() for such replays.", total_rows, packed_bound)
         return False
     wrapper._qo_indptr_buf.copy_(qo_indptr_d, non_blocking=True)
     wrapper._paged_kv_indptr_buf.copy_(kv_indptr_d, non_blocking=True)
@@ -403,22 +403,13 @@ def plan(updater, wrapper, req_pool_indices, paged_kernel_lens, paged_kernel_len
                          updater.head_dim)
     layout = split_layout(wrapper, plan_info, bs, n, updater.num_qo_heads // updater.num_kv_heads)
     if layout is None:  # upstream's plan() redoes everything above (its copies queue after ours)
-        _warn_unknown_plan_info(plan_info)
+        _warn_once("plan info", "DDTREE: flashinfer's plan info %r is not a CUDA-graph split-KV prefill plan this "
+                   "module reads: upstream's plan() for such replays.", plan_info)
         return False
     rewrite_split_layout(kv_indptr_d, layout)
     wrapper._plan_info = plan_info
     return True
 
-
-_warned_plan_info = False
-
-
-def _warn_unknown_plan_info(plan_info) -> None:
-    global _warned_plan_info
-    if not _warned_plan_info:
-        _warned_plan_info = True
-        logger.warning("DDTREE: flashinfer's plan info %r is not a CUDA-graph split-KV prefill plan this module reads: "
-                       "upstream's plan() for such replays.", plan_info)
 
 
 def schedule(wrapper, qo_host, kv_host, kv_lens_host, bs: int, num_qo_heads: int, num_kv_heads: int,
