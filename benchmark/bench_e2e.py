@@ -15,7 +15,8 @@ Config specs: ``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>`` (budget an int
 collector after warm-up), ``+gclog`` (log every collection of the scheduler with its duration, INFO level:
 ``benchmark/gc_log_summary.py`` totals them), ``+kvgraph`` / ``+kveager`` (DDTREE's draft-KV append from CUDA
 graphs / as upstream's eager call, the default), ``+fiplan`` (flashinfer: DDTREE's host-sync-free plan of its graph
-replays, ``SGLANG_DDTREE_FLASHINFER_PLAN=1``).
+replays, ``SGLANG_DDTREE_FLASHINFER_PLAN=1``: the default with FlashInfer 0.6.14) / ``+fiupstream`` (upstream's
+``plan()``, ``=0``).
 ``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
 them with ``benchmark/analyze_trace.py``).
 """
@@ -127,6 +128,7 @@ ENV_MODIFIERS = {
     "kveager": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"},  # DDTREE: upstream's eager draft-KV append
     "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (the default)
     "fiplan": {"SGLANG_DDTREE_FLASHINFER_PLAN": "1"},  # flashinfer: DDTREE's host-sync-free plan (flashinfer_plan)
+    "fiupstream": {"SGLANG_DDTREE_FLASHINFER_PLAN": "0"},  # flashinfer: upstream's plan() (default: ours on 0.6.14)
 }
 
 

@@ -127,7 +127,19 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
         f"auto (buckets {list(config.buckets)})" if config.adaptive else budget, topk, block_size,
         config.max_depth, f"<= {config.num_verify_tokens}" if config.adaptive else config.num_verify_tokens,
     )
+    _log_flashinfer_plan(server_args)
     return config
+
+
+def _log_flashinfer_plan(server_args) -> None:
+    """On a flashinfer target, say which plan its graph replays use (``worker.flashinfer_plan``: the default
+    depends on the installed FlashInfer, so the log says it rather than leaving the user to guess)."""
+    from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
+
+    if "flashinfer" in attention_backends_of(resolved_view(server_args)):
+        from sglang_ddtree.worker import flashinfer_plan
+
+        logger.info(flashinfer_plan.describe())
 
 
 def _value_or_default(server_args, name: str, default: int):
@@ -318,7 +330,7 @@ def _check_release_features() -> None:
             f"{why}; unset it (fa3 then verifies trees with upstream's cascade).")
     from sglang_ddtree.worker import flashinfer_plan
 
-    if flashinfer_plan.enabled() and not flashinfer_plan.flashinfer_tested():
+    if flashinfer_plan.explicitly_enabled() and not flashinfer_plan.flashinfer_tested():
         raise DDTreeArgumentError(
             f"{flashinfer_plan.ENV}=1 needs flashinfer-python {' or '.join(flashinfer_plan.TESTED_FLASHINFER)} "
             f"(installed: {flashinfer_plan.installed_flashinfer() or 'none'}); unset it (flashinfer then plans "

@@ -38,7 +38,7 @@ from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E40
 from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E402
 
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
-FI_PLAN = {FI_PLAN_ENV: "1"}
+FI_PLAN, FI_UPSTREAM = {FI_PLAN_ENV: "1"}, {FI_PLAN_ENV: "0"}
 PAGED = {PAGED_ENV: "1"}
 
 
@@ -84,6 +84,8 @@ CONFIGS = {
     "dd_flashinfer_b64_fiplan": ddtree(64, 8, backend="flashinfer", _env=FI_PLAN),
     "dd_flashinfer_b15_nooverlap_fiplan": ddtree(15, 4, backend="flashinfer", disable_overlap_schedule=True,
                                                  _env=FI_PLAN),
+    # upstream's plan(): the default before session 23, still the default with another FlashInfer than 0.6.14
+    "dd_flashinfer_b15_fiupstream": ddtree(15, 4, backend="flashinfer", _env=FI_UPSTREAM),
     # fa3 (SGLang's Hopper default): its topk > 1 verify is cascade attention over the FULL_MASK rows
     "plain_fa3": dict(attention_backend="fa3"),
     "dd_fa3_b1": ddtree(1, 1, backend="fa3"),

@@ -42,6 +42,7 @@ def test_environment_modifiers(monkeypatch):
     from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV
 
     assert bench_e2e.engine_env("ddtree:15:8+flashinfer+fiplan") == {FI_PLAN_ENV: "1"}
+    assert bench_e2e.engine_env("ddtree:15:8+flashinfer+fiupstream") == {FI_PLAN_ENV: "0"}
     assert bench_e2e.engine_kwargs("ddtree:15:8+flashinfer+fiplan", "D", "triton")["attention_backend"] == "flashinfer"
     monkeypatch.setenv(var, "0")
     with bench_e2e.engine_environment("ddtree:15:8+fa3tree"):

@@ -521,3 +521,28 @@ def test_flashinfer_plan_switch_needs_the_flashinfer_it_was_written_against(engi
     monkeypatch.setenv(flashinfer_plan.ENV, "0")
     monkeypatch.setattr(flashinfer_plan, "installed_flashinfer", lambda: "0.6.18")
     engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    monkeypatch.delenv(flashinfer_plan.ENV)  # unset: the default, off with that FlashInfer, is no error
+    engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+
+
+@pytest.mark.parametrize("env, installed, says", [
+    (None, "0.6.14", "planned without host syncs (DDTREE's plan, flashinfer-python 0.6.14; "
+                     "SGLANG_DDTREE_FLASHINFER_PLAN=0 for upstream's plan())"),
+    ("0", "0.6.14", "planned by upstream's plan() (SGLANG_DDTREE_FLASHINFER_PLAN=0)"),
+    (None, "0.6.18", "planned by upstream's plan() (flashinfer-python 0.6.18: the sync-free plan is written "
+                     "against 0.6.14)"),
+])
+def test_a_flashinfer_server_logs_which_plan_its_replays_use(parse, tiny_configs, ddtree_logs, monkeypatch, env,
+                                                             installed, says):
+    from sglang_ddtree.worker import flashinfer_plan
+
+    monkeypatch.delenv(flashinfer_plan.ENV, raising=False)
+    if env is not None:
+        monkeypatch.setenv(flashinfer_plan.ENV, env)
+    monkeypatch.setattr(flashinfer_plan, "installed_flashinfer", lambda: installed)
+    parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"], "--attention-backend", "flashinfer")
+    lines = [r.getMessage() for r in ddtree_logs.records if "DDTREE on flashinfer" in r.getMessage()]
+    assert lines == [f"DDTREE on flashinfer: graph replays {says}."]
+    ddtree_logs.records.clear()
+    parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter8"], "--attention-backend", "triton")
+    assert "DDTREE on flashinfer" not in ddtree_logs.text

@@ -166,6 +166,13 @@ def test_a_captured_graph_replays_with_the_sync_free_plan():
     assert (out.float()[:REAL] - ref[:REAL]).abs().max() < 3e-2
 
 
+def _leaves(out, ref, tol=0.1):
+    """Whether ``out`` left the reference: an element more than ``tol`` off, or NaN (session 23: the stale layout's
+    merge read other rows' slots, NaN and 1e35 among them, and a NaN max compares false against any tolerance)."""
+    diff = (out.float() - ref).abs()
+    return bool(diff.isnan().any()) or diff.max().item() > tol
+
+
 def test_the_comparison_catches_a_wrongly_packed_mask():
     """The checks above can fail: the same plan with each mask byte's bit order reversed (big-endian packing)
     attends to other keys, and the output leaves the reference."""
@@ -180,7 +187,7 @@ def test_the_comparison_catches_a_wrongly_packed_mask():
     used = int(w._mask_indptr_buf[-1])
     table = torch.tensor([int(f"{b:08b}"[::-1], 2) for b in range(256)], dtype=torch.uint8, device="cuda")
     w._custom_mask_buf[:used] = table[w._custom_mask_buf[:used].long()]
-    assert (w.run(q, (k, v)).float()[:REAL] - ref[:REAL]).abs().max() > 0.1
+    assert _leaves(w.run(q, (k, v))[:REAL], ref[:REAL])
 
 
 def test_without_the_work_list_rewrite_a_bound_one_chunk_long_leaves_the_reference(monkeypatch):
@@ -205,7 +212,7 @@ def test_without_the_work_list_rewrite_a_bound_one_chunk_long_leaves_the_referen
     graph.replay()
     torch.cuda.synchronize()
     fourth = slice(3 * N, 4 * N)
-    assert (out.float()[fourth] - ref[fourth]).abs().max() > 0.1
+    assert _leaves(out[fourth], ref[fourth])
     monkeypatch.undo()
     _ours(fp, w, _Spec(masks), rpi, prefix_t, req_to_token, HOST)
     graph.replay()

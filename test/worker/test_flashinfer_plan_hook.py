@@ -211,16 +211,24 @@ def test_anything_else_goes_to_upstream_untouched(case):
 def test_the_switch_and_what_it_registers(monkeypatch):
     import importlib.util
 
-    monkeypatch.delenv(fp.ENV, raising=False)
-    assert fp.enabled() is False and hooks.flashinfer_hook_targets() == {}
-    monkeypatch.setenv(fp.ENV, "0")
-    assert fp.enabled() is False and hooks.flashinfer_hook_targets() == {}
-    monkeypatch.setenv(fp.ENV, "1")
     real = importlib.util.find_spec
 
     def find_spec(present):
         return lambda name, *a: (object() if present else None) if name == "flashinfer" else real(name, *a)
 
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec(True))
+    monkeypatch.delenv(fp.ENV, raising=False)  # unset: on with the FlashInfer it was written against, else off
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: fp.TESTED_FLASHINFER[0])
+    assert fp.enabled() is True and fp.explicitly_enabled() is False
+    assert hooks.flashinfer_hook_targets() == hooks.FLASHINFER_HOOK_TARGETS
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: "0.6.18")
+    assert fp.enabled() is False and hooks.flashinfer_hook_targets() == {}
+    monkeypatch.setenv(fp.ENV, "0")
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: fp.TESTED_FLASHINFER[0])
+    assert fp.enabled() is False and hooks.flashinfer_hook_targets() == {}
+    monkeypatch.setenv(fp.ENV, "1")
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: "0.6.18")  # validation refuses this (test_server_args)
+    assert fp.enabled() is True and fp.explicitly_enabled() is True
     monkeypatch.setattr(importlib.util, "find_spec", find_spec(False))
     assert fp.enabled() is True and hooks.flashinfer_hook_targets() == {}  # no flashinfer: nothing to hook
     monkeypatch.setattr(importlib.util, "find_spec", find_spec(True))
@@ -237,7 +245,10 @@ def test_serves_ddtree_needs_the_tested_flashinfer(monkeypatch):
     assert fp.serves_ddtree(updater) is False and getattr(updater, fp._SERVES) is False  # decided once
     monkeypatch.setattr(fp, "installed_flashinfer", lambda: fp.TESTED_FLASHINFER[0])
     assert fp.serves_ddtree(updater) is False  # cached per updater
-    monkeypatch.delenv(fp.ENV)
+    monkeypatch.setenv(fp.ENV, "0")
+    assert fp.serves_ddtree(types.SimpleNamespace()) is False
+    monkeypatch.delenv(fp.ENV)  # unset, another FlashInfer: off
+    monkeypatch.setattr(fp, "installed_flashinfer", lambda: "0.6.18")
     assert fp.serves_ddtree(types.SimpleNamespace()) is False
 
 

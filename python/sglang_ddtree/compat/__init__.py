@@ -394,8 +394,8 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          model_runner="hooks: which runner", captured_req_width="hooks: tokens per request",
          buffers="hooks: the mask buffer"),
     *_on("sglang.srt.model_executor.runner_utils.buffers.DecodeInputBuffers", FIELD, custom_mask="tree mask buffer"),
-    # ---- DDTREE's host-sync-free flashinfer plan (worker.flashinfer_plan; SGLANG_DDTREE_FLASHINFER_PLAN=1, validation
-    # refuses it with another flashinfer than 0.6.14, i.e. on every release but 0.5.16) ---------------------------
+    # ---- DDTREE's host-sync-free flashinfer plan (worker.flashinfer_plan; on by default with flashinfer 0.6.14, i.e.
+    # on 0.5.16; elsewhere off, and SGLANG_DDTREE_FLASHINFER_PLAN=1 is refused at validation) ----------------------
     Symbol(_FI_PREFILL, "flashinfer_plan: the class whose call_begin_forward is hooked"),
     Symbol(f"{_FI_PREFILL}.call_begin_forward", "flashinfer_plan hook (worker.hooks.FLASHINFER_HOOK_TARGETS)", MEMBER,
            "<0.5.17"),

@@ -54,9 +54,13 @@ repetitions): medians 7.58 vs 8.00 ms a round at c 1 and 18.33 vs 19.15 ms at c 
 round k + 1 (``benchmark/results/session21/shape_fiplan.json``, 2 rotated repetitions): 7.17 / 7.04 vs 7.88 / 8.27
 ms at c 1, 18.82 / 18.69 vs 19.94 / 20.21 ms at c 32, faster in every repetition; greedy parity exact (b15 / b64,
 overlap on and off). Session 22: T > 0 passed (41), the everyday features FAILED (the chunk-count mismatch above,
-fixed since, not yet re-run on the GPU); the same run's profiles put its round at 0.42 ms outside the CUDA graphs at
-c 1 and 0.92 ms at c 32 (``benchmark/results/session22/shape_normal/``; the fix adds one small launch per plan).
-It stays off until the features pass.
+fixed since); the same run's profiles put its round at 0.42 ms outside the CUDA graphs at c 1 and 0.92 ms at c 32
+(``benchmark/results/session22/shape_normal/``). Session 23, with the rewrite (``benchmark/results/session23/``,
+``gpu_tests_h200_session23.json``), on flashinfer with the plan on: its GPU tests, the everyday features (14), every
+tree node's verify logits against the float32 reference (b15 k8, b64 k1, b64 k8), T > 0 (41) and the trained pair's
+parity matrix (3) all passed; at the 8B shape (drafter N(0, 0.02), 2 paired rotated repetitions) its round spent
+0.33 ms (5 %) outside the CUDA graphs at c 1 and 1.40 ms (7 %) at c 32 (upstream's plan: 1.54 ms at c 1 in session
+21). So it is the default on the FlashInfer it was written against.
 
 Anything else (eager forwards, ragged or sliding-window or cross-attention wrappers, page_size > 1, a custom
 kv_start_idx, a mask bound past the wrapper's buffer, a FlashInfer this module was not written against) runs
@@ -72,11 +76,11 @@ in the int workspace), ``_qo_indptr_buf``, ``_paged_kv_indptr_buf``, ``_paged_kv
 (``_plan_info``, ``_batch_size``, ``_num_qo_heads``, ``_num_kv_heads``, ``_qo_indptr_last``, ``_max_q_len``,
 ``_max_kv_len``).
 
-Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 or unset (upstream's plan()). Off by default: the
-everyday-features test failed with it in session 22 (above; the fix is not yet re-run on the GPU); the round measured
-slower with it in session 18 and faster in the paired runs of sessions 20 and 21; where the time goes is what ``benchmark/bench_flashinfer_plan.py``
-times. Set with another FlashInfer than ``TESTED_FLASHINFER`` it is refused at argument validation (SGLang 0.5.17+
-pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments this hook hands back to upstream).
+Switch: ``SGLANG_DDTREE_FLASHINFER_PLAN`` = 1 (this plan) | 0 (upstream's plan()) | unset: this plan where the
+installed FlashInfer is one it was written against (``TESTED_FLASHINFER``, session 23's checks above), upstream's
+plan() elsewhere (SGLang 0.5.17+ pin other FlashInfer releases, and 0.5.19 / 0.5.22+ pass keyword arguments this
+hook hands back to upstream); the start-up log says which. Set to 1 with another FlashInfer it is refused at argument
+validation. Where the host time goes is what ``benchmark/bench_flashinfer_plan.py`` times.
 """
 
 from __future__ import annotations
@@ -123,10 +127,31 @@ class _PinnedRing:
 _ring = _PinnedRing()
 
 
+def _switch(default: bool) -> bool:
+    return env_switch(ENV, on="DDTREE's host-sync-free flashinfer plan", off="upstream's plan()", default=default)
+
+
 def enabled() -> bool:
-    """The switch (module docstring); a value other than 0 / 1 is an error naming the variable. Validation
-    refuses it set with a FlashInfer this plan was not written against (``flashinfer_tested``)."""
-    return env_switch(ENV, on="DDTREE's host-sync-free flashinfer plan", off="upstream's plan()", default=False)
+    """The switch (module docstring): 1 / 0 as set, unset -> on where the installed FlashInfer is a tested one; a
+    value other than 0 / 1 is an error naming the variable."""
+    return _switch(flashinfer_tested())
+
+
+def explicitly_enabled() -> bool:
+    """The switch set to 1 by the user: validation refuses that with a FlashInfer this plan was not written
+    against (``flashinfer_tested``); unset, such a FlashInfer plans with upstream's plan()."""
+    return _switch(False)
+
+
+def describe() -> str:
+    """One line for the start-up log of a DDTREE server on flashinfer: which plan its graph replays use, and why."""
+    installed = installed_flashinfer() or "none"
+    if enabled():
+        return (f"DDTREE on flashinfer: graph replays planned without host syncs (DDTREE's plan, flashinfer-python "
+                f"{installed}; {ENV}=0 for upstream's plan()).")
+    why = (f"{ENV}=0" if not _switch(True)  # set to 0 (unset reads as on here)
+           else f"flashinfer-python {installed}: the sync-free plan is written against {' or '.join(TESTED_FLASHINFER)}")
+    return f"DDTREE on flashinfer: graph replays planned by upstream's plan() ({why})."
 
 
 def installed_flashinfer() -> Optional[str]:

@@ -20,8 +20,9 @@
   pass straight through to upstream (one type check per call: ``fa3_tree.backend_serves_ddtree``, the verify input's
   type); ``SGLANG_DDTREE_FA3_TREE_ATTENTION=0`` keeps them out entirely.
 - ``FlashInferIndicesUpdaterPrefill.call_begin_forward``: DDTREE's host-sync-free plan of its flashinfer graph
-  replays (``flashinfer_plan``); registered only when ``SGLANG_DDTREE_FLASHINFER_PLAN=1`` and flashinfer is
-  installed; every other call passes straight through.
+  replays (``flashinfer_plan``); registered when flashinfer is installed and the plan is on
+  (``SGLANG_DDTREE_FLASHINFER_PLAN`` unset with the FlashInfer it was written against, or 1); every other call passes
+  straight through.
 ``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
 """
 
@@ -153,7 +154,8 @@ FLASHINFER_HOOK_TARGETS = {f"{_FI_PREFILL}.call_begin_forward": flashinfer_call_
 
 
 def flashinfer_hook_targets() -> dict:
-    """FLASHINFER_HOOK_TARGETS when ``SGLANG_DDTREE_FLASHINFER_PLAN=1`` and flashinfer is installed, else {}."""
+    """FLASHINFER_HOOK_TARGETS when the sync-free plan is on (``flashinfer_plan.enabled``) and flashinfer is
+    installed, else {}."""
     import importlib.util
 
     from sglang_ddtree.worker import flashinfer_plan
