@@ -21,7 +21,7 @@ can be compared at equal clocks.
     python benchmark/bench_shape.py --out benchmark/results/shape.json [--shapes qwen3-8b,qwen3-4b,qwen3.5-9b] \
         [--configs plain,dflash,ddtree:16:8,ddtree:64:8,ddtree:auto:8] [--concurrency 1,2,4,8,16,32,64] [--repeats 3] \
         [--accept-table FILE.json] [--profile-dir D --profile-concurrency 1,32] [--draft-weights dummy|normal]
-    python benchmark/bench_shape.py --plot shape.json --plot-dir plots/
+    python benchmark/bench_shape.py --plot shape.json[,shape_c16_64.json] --plot-dir plots/
 Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, ``+fa3`` /
 ``+triton`` / ``+flashinfer`` / ``+nograph`` / ``+nooverlap``; ``+fa3tree`` / ``+fa3cascade``: fa3's tree verify
 through DDTREE's fused kernel or upstream's cascade, ``worker.fa3_tree``).
@@ -752,8 +752,30 @@ def _print_table(shape: str, results: dict, best: dict, concurrency: list) -> No
         print(f"  {note}", flush=True)
 
 
+def _load_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def merge_results(reports: list) -> dict:
+    """The ``results`` of several reports as one {shape: {config: {c: measurement}}} (e.g. the concurrency
+    levels 1-8 and 16-64 of two device calls); a (shape, config, c) measured in two reports is an error, since
+    a plot can show only one of them."""
+    merged: dict = {}
+    for report in reports:
+        for shape, by_spec in report["results"].items():
+            for spec, by_c in by_spec.items():
+                into = merged.setdefault(shape, {}).setdefault(spec, {})
+                twice = sorted(set(into) & set(by_c), key=int)
+                if twice:
+                    raise ValueError(f"{shape} {spec}: concurrency {', '.join(twice)} is in two reports")
+                into.update(by_c)
+    return merged
+
+
 def plot(json_in: str, plot_dir: str) -> int:
-    """PNGs per shape: projected tok/s and ms/round vs concurrency; with a ``ddtree:auto`` config also
+    """PNGs per shape from one report, or several comma-separated ones whose measurements do not overlap
+    (``merge_results``): projected tok/s and ms/round vs concurrency; with a ``ddtree:auto`` config also
     ``chosen_budget_<shape>.png``: projected tok/s (left) next to auto's verified budget per round vs concurrency
     (right: the mean, and the distribution as one marker per budget, its area the share of rounds; the budget
     axis in log2(budget + 1), so every bucket 2^k - 1 is one step)."""
@@ -763,8 +785,7 @@ def plot(json_in: str, plot_dir: str) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    with open(json_in) as f:
-        report = json.load(f)
+    report = {"results": merge_results([_load_json(p) for p in json_in.split(",")])}
     os.makedirs(plot_dir, exist_ok=True)
     panels = (("projected_tokens_per_s", "projected tokens/s (c * tau / round)", "projected_tokens_per_s"),
               ("round_ms", "ms per round (median, min-max)", "round_ms_median"))
@@ -936,7 +957,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-concurrency", default="1,32")
     ap.add_argument("--profile-depth", type=int, default=3,
                     help="levels of the analysed call tree under the round (analyze_trace.py --depth)")
-    ap.add_argument("--plot", metavar="JSON_IN", help="no engines: plot a report written by this script")
+    ap.add_argument("--plot", metavar="JSON_IN", help="no engines: plot a report written by this script "
+                    "(or several, comma-separated, that measured different concurrency levels)")
     ap.add_argument("--plot-dir", help="where --plot writes its PNGs")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -947,7 +969,10 @@ def main(argv=None) -> int:
     if args.plot:
         if importlib.util.find_spec("matplotlib") is None:
             ap.error("--plot needs matplotlib (scripts/requirements-cpu.txt pins matplotlib==3.10.8)")
-        return plot(args.plot, args.plot_dir)
+        try:
+            return plot(args.plot, args.plot_dir)
+        except ValueError as e:
+            ap.error(f"--plot {args.plot}: {e}")
     if not args.out:
         ap.error("--out is required (or --plot JSON_IN --plot-dir DIR)")
     _check(ap, args)

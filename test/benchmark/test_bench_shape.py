@@ -246,6 +246,26 @@ def test_plot_mode(run):
             assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_mode_merges_reports_of_different_concurrency_levels(run, tmp_path):
+    """Two device calls (c 1-8, then 16-64) plot as one figure; a level measured twice is refused in one line."""
+    pytest.importorskip("matplotlib")
+    _, rep, _ = run
+    low = {"results": {"qwen3-8b": {s: {"1": m["1"]} for s, m in rep["results"]["qwen3-8b"].items()}}}
+    high = {"results": {"qwen3-8b": {s: {"4": m["4"]} for s, m in rep["results"]["qwen3-8b"].items()
+                                     if s != "plain"}}}
+    merged = bench_shape.merge_results([low, high])["qwen3-8b"]
+    assert set(merged["plain"]) == {"1"} and set(merged[AUTO]) == {"1", "4"}
+    assert merged[AUTO]["4"] == rep["results"]["qwen3-8b"][AUTO]["4"]
+    a, b = tmp_path / "low.json", tmp_path / "high.json"
+    a.write_text(json.dumps(low))
+    b.write_text(json.dumps(high))
+    proc = _cli("--plot", f"{a},{b}", "--plot-dir", str(tmp_path / "plots"), fake=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "plots" / "chosen_budget_qwen3-8b.png").read_bytes()[:4] == b"\x89PNG"
+    proc = _cli("--plot", f"{a},{a}", "--plot-dir", str(tmp_path / "plots"), fake=False)
+    assert proc.returncode == 2 and "qwen3-8b plain: concurrency 1 is in two reports" in proc.stderr
+
+
 def test_bad_config_fails_before_any_engine(tmp_path):
     proc = _cli("--out", str(tmp_path / "x.json"), "--model-dir", str(tmp_path / "models"),
                 "--configs", "plain,ddtree:64")
