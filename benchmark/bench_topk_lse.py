@@ -14,11 +14,13 @@ Rows: the draft head reduces (block size - 1) positions per request, at most 256
 after a warm-up, in microseconds.
 
     python benchmark/bench_topk_lse.py [--rows 15,120,256] [--vocab 151936] [--topk 8] \\
-        [--configs 4096x8,8192x8,16384x16] [--iters 50] [--out X.json]
+        [--configs 4096x8,8192x8,16384x16,threshold:4096x8] [--iters 50] [--out X.json]
 
 A packed-key form of the slice kernel (``keyed:BLOCKxWARPS``) was measured here slower on the H200 (session 20,
 ``benchmark/results/session20/topk_lse.json``: 35-48 % slower than 4096x8 at 120-256 rows, 3 us faster at 15)
-and removed; configurations are plain BLOCKxWARPS.
+and removed; configurations are plain BLOCKxWARPS. ``threshold:BLOCKxWARPS`` (session 24, not yet timed) runs only
+the slices whose max reaches the row's K-th largest slice max through the K rounds (``kernels/topk_lse.py``);
+the draft head keeps the slice kernel until this script shows the threshold form faster at 15-256 rows.
 """
 
 from __future__ import annotations
@@ -32,32 +34,38 @@ from typing import List, Optional, Sequence, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_e2e import positive_ints, write_report  # noqa: E402
 
-DEFAULT_CONFIGS = "4096x8,8192x8,16384x16"
+DEFAULT_CONFIGS = "4096x8,8192x8,16384x16,threshold:4096x8,threshold:8192x8,threshold:2048x4"
 
 
 def parse_rows(text: str) -> List[int]:
     return positive_ints(text, "--rows", "row counts", "15,120,256")
 
 
-def parse_configs(text: str) -> List[Tuple[int, int]]:
-    """'BLOCKxWARPS,...' -> [(block, warps)]; block a power of two >= 64, warps one of 1, 2, 4, 8, 16, 32."""
+def parse_configs(text: str) -> List[Tuple[int, int, str]]:
+    """'[threshold:]BLOCKxWARPS,...' -> [(block, warps, select)]; block a power of two >= 64, warps one of 1, 2, 4,
+    8, 16, 32; ``threshold:`` times ``draft_head.topk_lse(select="threshold")`` (only the slices that can hold
+    the top-K take their K rounds), no prefix the slice kernel (``select="all"``)."""
     out = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
+        select, _, shape = item.rpartition(":")
+        select = select or "all"
         try:
-            block, warps = (int(v) for v in item.split("x"))
+            block, warps = (int(v) for v in shape.split("x"))
         except ValueError:
             block = warps = 0
+        if select != "threshold" and item.count(":"):
+            block = warps = 0
         if block < 64 or block & (block - 1) or warps not in (1, 2, 4, 8, 16, 32):
-            raise ValueError(f"--configs {item!r}: BLOCKxWARPS with BLOCK a power of two >= 64 and WARPS one "
-                             f"of 1, 2, 4, 8, 16, 32, e.g. {DEFAULT_CONFIGS}")
-        out.append((block, warps))
+            raise ValueError(f"--configs {item!r}: [threshold:]BLOCKxWARPS with BLOCK a power of two >= 64 and "
+                             f"WARPS one of 1, 2, 4, 8, 16, 32, e.g. {DEFAULT_CONFIGS}")
+        out.append((block, warps, select))
     if not out:
-        raise ValueError(f"--configs {text!r}: at least one BLOCKxWARPS, e.g. {DEFAULT_CONFIGS}")
+        raise ValueError(f"--configs {text!r}: at least one [threshold:]BLOCKxWARPS, e.g. {DEFAULT_CONFIGS}")
     return out
 
 
-def config_name(block: int, warps: int) -> str:
-    return f"{block}x{warps}"
+def config_name(block: int, warps: int, select: str = "all") -> str:
+    return f"{block}x{warps}" if select == "all" else f"{select}:{block}x{warps}"
 
 
 def _event_us(torch, fn, iters: int) -> float:
@@ -93,17 +101,17 @@ def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple
         lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
         rec = {"torch_topk_logsumexp_us": _event_us(
             torch, lambda: (logits.float().topk(topk, dim=-1), torch.logsumexp(logits.float(), dim=-1)), iters)}
-        for block, warps in configs:
-            key = config_name(block, warps)
+        for block, warps, select in configs:
+            key = config_name(block, warps, select)
             try:
-                topk_lse(logits, topk, val, ids, lse, backend="triton", block=block, num_warps=warps)
+                topk_lse(logits, topk, val, ids, lse, backend="triton", block=block, num_warps=warps, select=select)
             except Exception as e:  # a configuration that does not compile or launch (registers, shared memory)
                 rec[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
                 continue
             exact = bool(torch.equal(val, want_val) and torch.equal(ids, order))
             lse_ok = bool(torch.allclose(lse, want_lse, rtol=2e-5, atol=0))
             us = _event_us(torch, lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
-                                                   num_warps=warps), iters)
+                                                   num_warps=warps, select=select), iters)
             rec[key] = {"us": us, "exact": exact, "lse_ok": lse_ok}
         ok = {k: v["us"] for k, v in rec.items() if isinstance(v, dict) and v.get("exact") and v.get("lse_ok")}
         rec["fastest"] = min(ok, key=ok.get) if ok else None

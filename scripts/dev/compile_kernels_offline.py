@@ -198,14 +198,15 @@ def flashinfer_split_layout(budget: int, bs: int = 4) -> None:
     flashinfer_plan.rewrite_split_layout(torch.arange(0, bs + 1, **i32) * (300 + n), lay)
 
 
-def draft_head_shard(topk: int, tp: int) -> None:
-    """``draft_head.topk_lse`` on one rank's vocabulary shard (vocab-parallel LM head, V / tp columns)."""
+def draft_head_shard(topk: int, tp: int, select: str = "all") -> None:
+    """``draft_head.topk_lse`` on one rank's vocabulary shard (vocab-parallel LM head, V / tp columns); ``select``
+    as it takes it (``threshold``: the stats / threshold / select kernels instead of the slice kernel)."""
     from sglang_ddtree.worker import draft_head
 
     rows = 2 * (BLOCK_SIZE - 1)
     logits = torch.empty(rows, VOCAB // tp, dtype=torch.bfloat16)
     draft_head.topk_lse(logits, topk, torch.empty(rows, topk), torch.empty(rows, topk, dtype=torch.int64),
-                        torch.empty(rows))
+                        torch.empty(rows), select=select)
 
 
 def tree_accept(budget: int) -> None:
@@ -225,7 +226,8 @@ def cases(smoke: bool) -> list:
                 (f"tree.accept_greedy budget={s['budget']}", lambda: tree_accept(s["budget"])),
                 (f"fa3 tree attention budget={s['budget']}", lambda: fa3_tree_attention(s["budget"])),
                 (f"flashinfer mask pack budget={s['budget']}", lambda: flashinfer_mask_pack(s["budget"])),
-                (f"flashinfer split layout budget={s['budget']}", lambda: flashinfer_split_layout(s["budget"]))]
+                (f"flashinfer split layout budget={s['budget']}", lambda: flashinfer_split_layout(s["budget"])),
+                (f"draft head threshold select topk={s['topk']}", lambda: draft_head_shard(s["topk"], 1, "threshold"))]
     out = []
     for budget in BUDGETS:
         for topk in (k for k in TOPKS if k <= budget):
@@ -241,6 +243,10 @@ def cases(smoke: bool) -> list:
     for tp in TP_SHARDS:  # the merge pass's tile follows the shard's slice count
         for topk in TOPKS:
             out.append((f"draft head tp={tp} topk={topk}", lambda k=topk, t=tp: draft_head_shard(k, t)))
+    for tp in (1, *TP_SHARDS):
+        for topk in TOPKS:
+            out.append((f"draft head threshold select tp={tp} topk={topk}",
+                        lambda k=topk, t=tp: draft_head_shard(k, t, "threshold")))
     return out
 
 

@@ -33,7 +33,10 @@ if _RUN_HERE:
 
     @pytest.mark.parametrize("rows,vocab,k,block", CASES)
     @pytest.mark.parametrize("ties", [False, True])
-    def test_matches_torch(rows, vocab, k, block, ties):
+    @pytest.mark.parametrize("select", ["all", "threshold"])
+    def test_matches_torch(rows, vocab, k, block, ties, select):
+        """``threshold`` skips slices whose max is below the K-th largest slice max: with ties many slice maxima
+        are equal (all of them qualify), and with fewer slices than K (37 columns in blocks of 16) every slice."""
         logits = _logits(rows, vocab, seed=vocab + k, ties=ties).to(DEV)
         if ties:  # row 0 <= 0, its top values zeros of both signs (-0.0 and +0.0 are equal logits: lower id first)
             logits[0] = -logits[0].abs()
@@ -41,7 +44,7 @@ if _RUN_HERE:
         val = torch.empty((rows, k), dtype=torch.float32, device=DEV)
         ids = torch.empty((rows, k), dtype=torch.int64, device=DEV)
         lse = torch.empty((rows,), dtype=torch.float32, device=DEV)
-        topk_lse(logits, k, val, ids, lse, backend="triton", block=block)
+        topk_lse(logits, k, val, ids, lse, backend="triton", block=block, select=select)
         want_val, want_ids, want_lse = _reference(logits.cpu(), k)
         assert torch.equal(val.cpu(), want_val)
         assert torch.equal(ids.cpu(), want_ids)
@@ -56,3 +59,26 @@ if _RUN_HERE:
         want_val, want_ids, _ = _reference(logits.cpu(), 3)
         assert torch.equal(val.cpu(), want_val) and torch.equal(ids.cpu(), want_ids)
         topk_lse(logits[:0], 3, val[:0], ids[:0], lse[:0], backend="triton")
+
+    def test_threshold_select_skips_the_slices_below_the_kth_slice_max():
+        """The top-K of a row whose large values sit in two slices comes from those two alone: the other
+        slices' candidates are -inf (a slice that took its top-K would hold finite values)."""
+        from sglang_ddtree.worker.kernels.topk_lse import (topk_lse_select_kernel, topk_lse_stats_kernel,
+                                                           topk_lse_threshold_kernel)
+
+        block, k = 16, 2
+        logits = _logits(1, 128, seed=3, ties=False).to(DEV)
+        logits[0, 20] = logits[0, 100] = 50.0  # slices 1 and 6
+        s_max = torch.empty((1, 8), dtype=torch.float32, device=DEV)
+        s_sum = torch.empty_like(s_max)
+        thresh = torch.empty((1,), dtype=torch.float32, device=DEV)
+        s_val = torch.empty((1, 8, k), dtype=torch.float32, device=DEV)
+        s_idx = torch.empty((1, 8, k), dtype=torch.int64, device=DEV)
+        topk_lse_stats_kernel[(1, 8)](logits, logits.stride(0), 128, s_max, s_sum, 8, BLOCK=block)
+        topk_lse_threshold_kernel[(1,)](s_max, thresh, 8, K=k, BLOCK_S=8)
+        topk_lse_select_kernel[(1, 8)](logits, logits.stride(0), 128, s_max, thresh, s_val, s_idx, 8, K=k,
+                                       BLOCK=block)
+        assert float(thresh[0]) == 50.0
+        finite = torch.isfinite(s_val[0]).any(dim=1).cpu().tolist()
+        assert finite == [s in (1, 6) for s in range(8)], finite
+        assert s_idx[0, 1, 0].item() == 20 and s_idx[0, 6, 0].item() == 100

@@ -39,16 +39,24 @@ def topk_logprobs_local(
     return out_val, out_ids, out_lse
 
 
+TOPK_SELECTS = ("all", "threshold")
+
+
 def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: torch.Tensor, out_lse: torch.Tensor,
-             *, backend: str = "auto", block: int = 4096, num_warps: Optional[int] = None) -> None:
+             *, backend: str = "auto", block: int = 4096, num_warps: Optional[int] = None,
+             select: str = "all") -> None:
     """Each row's K largest logits (descending, float32), their column ids (int64) and its logsumexp
     (float32), written into the out tensors. Shape: logits [T, V] (any float dtype, rows contiguous),
     out_val / out_ids [T, K], out_lse [T]. ``kernels.topk_lse`` on CUDA (reads the logits once; equal values:
     the lower column first), PyTorch elsewhere. ``backend``: auto | triton | torch. ``block`` (columns per
     program) and ``num_warps`` (default 8 from block 2048 up, else 4) are the slice kernel's launch
-    configuration; ``benchmark/bench_topk_lse.py`` times the choices."""
+    configuration; ``benchmark/bench_topk_lse.py`` times the choices. ``select``: ``all`` (every slice takes
+    its top-K, measured) or ``threshold`` (only slices whose max reaches the row's K-th largest slice max do;
+    same result, two launches more; ``kernels/topk_lse.py``; not yet timed on a GPU)."""
     from sglang_ddtree.tree._common import next_pow2, use_triton
 
+    if select not in TOPK_SELECTS:
+        raise ValueError(f"select must be one of {TOPK_SELECTS}, got {select!r}")
     rows, vocab = logits.shape
     if rows == 0:
         return
@@ -59,23 +67,33 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
         out_ids.copy_(idx)
         out_lse.copy_(torch.logsumexp(wide, dim=-1))
         return
-    from sglang_ddtree.worker.kernels.topk_lse import topk_lse_merge_kernel, topk_lse_slices_kernel
+    from sglang_ddtree.worker.kernels import topk_lse as kernels
 
     logits = logits if logits.stride(1) == 1 else logits.contiguous()
     slices = -(-vocab // block)
     dev = logits.device
+    warps = num_warps or (8 if block >= 2048 else 4)
     s_val = torch.empty((rows, slices, topk), dtype=torch.float32, device=dev)
     s_idx = torch.empty((rows, slices, topk), dtype=torch.int64, device=dev)
     s_max = torch.empty((rows, slices), dtype=torch.float32, device=dev)
     s_sum = torch.empty((rows, slices), dtype=torch.float32, device=dev)
-    topk_lse_slices_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_val, s_idx, s_max, s_sum, slices,
-                                           K=topk, BLOCK=block,
-                                           num_warps=num_warps or (8 if block >= 2048 else 4))
+    if select == "all":
+        kernels.topk_lse_slices_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_val, s_idx, s_max, s_sum,
+                                                       slices, K=topk, BLOCK=block, num_warps=warps)
+    else:
+        thresh = torch.empty((rows,), dtype=torch.float32, device=dev)
+        kernels.topk_lse_stats_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_max, s_sum, slices,
+                                                      BLOCK=block, num_warps=warps)
+        kernels.topk_lse_threshold_kernel[(rows,)](s_max, thresh, slices, K=topk, BLOCK_S=next_pow2(slices),
+                                                   num_warps=4)
+        kernels.topk_lse_select_kernel[(rows, slices)](logits, logits.stride(0), vocab, s_max, thresh, s_val, s_idx,
+                                                       slices, K=topk, BLOCK=block, num_warps=warps)
     merged_val = out_val if out_val.is_contiguous() else torch.empty_like(out_val)
     merged_ids = out_ids if out_ids.is_contiguous() else torch.empty_like(out_ids)
     merged_lse = out_lse if out_lse.is_contiguous() else torch.empty_like(out_lse)
-    topk_lse_merge_kernel[(rows,)](s_val, s_idx, s_max, s_sum, merged_val, merged_ids, merged_lse, slices,
-                                   K=topk, BLOCK_C=next_pow2(slices * topk), BLOCK_S=next_pow2(slices), num_warps=4)
+    kernels.topk_lse_merge_kernel[(rows,)](s_val, s_idx, s_max, s_sum, merged_val, merged_ids, merged_lse, slices,
+                                           K=topk, BLOCK_C=next_pow2(slices * topk), BLOCK_S=next_pow2(slices),
+                                           num_warps=4)
     for out, got in ((out_val, merged_val), (out_ids, merged_ids), (out_lse, merged_lse)):
         if out is not got:
             out.copy_(got)

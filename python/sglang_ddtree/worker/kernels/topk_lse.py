@@ -17,6 +17,17 @@ key, one max per pick: K + 1 reductions) was measured slower on the H200 and rem
 (``benchmark/results/session20/topk_lse.json``, block 4096 x 8 warps, us per launch, packed vs this form):
 65.3 vs 68.3 at 15 rows, but 165.5 vs 120.2 at 120, 274.8 vs 203.2 at 224 and 310.2 vs 210.0 at 256 rows
 (35-48 % slower). ``benchmark/bench_topk_lse.py`` times the launch configurations.
+
+A threshold form skips most slices' K rounds (``draft_head.topk_lse(..., select="threshold")``, not yet measured
+on a GPU, so not the default): a row's top-K all lie in slices whose max reaches tau, the K-th largest slice max
+(K slices hold an element >= tau, so an element below tau has K larger ones; ties at tau qualify), and at
+V / BLOCK = 38 slices and K = 8 about K of them do:
+  stats     (grid T x S): each slice's max and sum of exp(x - max), 2 reductions;
+  threshold (grid T): tau per row from its S slice maxima;
+  select    (grid T x S): a slice whose max reaches tau takes its top-K as pass 1 does; any other writes -inf
+            candidates and stops;
+  merge     as above (the -inf candidates never win: K others are >= tau > them).
+Same values, ids and tie order as pass 1, since every candidate that can be in the top-K is still produced.
 """
 
 import triton
@@ -85,3 +96,77 @@ def topk_lse_merge_kernel(
     big = tl.max(ms, axis=0)
     total = tl.sum(tl.where(s < num_slices, zs * tl.exp(ms - big), 0.0), axis=0)
     tl.store(out_lse_ptr + t, big + tl.log(total))
+
+
+@triton.jit(do_not_specialize=["vocab"])
+def topk_lse_stats_kernel(
+    logits_ptr,  # [T, V] any float dtype
+    stride_row,
+    vocab,  # V
+    slice_max_ptr,  # [T, S] float32 out
+    slice_sum_ptr,  # [T, S] float32 out: sum of exp(x - slice max)
+    num_slices,  # S
+    BLOCK: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    cols = tl.arange(0, BLOCK)
+    col0 = s * BLOCK
+    x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
+    x = x.to(tl.float32)
+    m = tl.max(x, axis=0)
+    out = t * num_slices + s
+    tl.store(slice_max_ptr + out, m)
+    tl.store(slice_sum_ptr + out, tl.sum(tl.exp(x - m), axis=0))
+
+
+@triton.jit
+def topk_lse_threshold_kernel(
+    slice_max_ptr,  # [T, S] float32
+    thresh_ptr,  # [T] float32 out: the K-th largest slice max (-inf when S < K)
+    num_slices,  # S
+    K: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # next_pow2(S)
+):
+    t = tl.program_id(0).to(tl.int64)
+    s = tl.arange(0, BLOCK_S)
+    ms = tl.load(slice_max_ptr + t * num_slices + s, mask=s < num_slices, other=float("-inf"))
+    v = tl.max(ms, axis=0)
+    for _ in tl.static_range(K):  # K rounds: the last max taken is the K-th largest, counting repeats
+        v = tl.max(ms, axis=0)
+        i = tl.min(tl.where(ms == v, s, BLOCK_S), axis=0)
+        ms = tl.where(s == i, float("-inf"), ms)
+    tl.store(thresh_ptr + t, v)
+
+
+@triton.jit(do_not_specialize=["vocab"])
+def topk_lse_select_kernel(
+    logits_ptr,  # [T, V] any float dtype
+    stride_row,
+    vocab,  # V
+    slice_max_ptr,  # [T, S] float32
+    thresh_ptr,  # [T] float32
+    slice_val_ptr,  # [T, S, K] float32 out
+    slice_idx_ptr,  # [T, S, K] int64 out (token ids within the row)
+    num_slices,  # S
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    out = t * num_slices + s
+    if tl.load(slice_max_ptr + out) >= tl.load(thresh_ptr + t):
+        cols = tl.arange(0, BLOCK)
+        col0 = s * BLOCK
+        x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
+        x = x.to(tl.float32)
+        for j in tl.static_range(K):
+            v = tl.max(x, axis=0)
+            i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
+            tl.store(slice_val_ptr + out * K + j, v)
+            tl.store(slice_idx_ptr + out * K + j, (col0 + i).to(tl.int64))
+            x = tl.where(cols == i, float("-inf"), x)
+    else:
+        for j in tl.static_range(K):
+            tl.store(slice_val_ptr + out * K + j, float("-inf"))
+            tl.store(slice_idx_ptr + out * K + j, (s * BLOCK).to(tl.int64))
