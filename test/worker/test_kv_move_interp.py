@@ -73,6 +73,24 @@ if _RUN_HERE:
             assert torch.equal(got, exp)
         assert int(c.accept_lens.max()) > 1  # some request moved more than its root
 
+    def test_requests_with_nothing_to_move_leave_the_pool_alone():
+        """Request 0 accepted only its root, request 1 a path already in place (source == target), request 2 one
+        node that moves, request 3 two nodes of which the first is in place: only request 2's and 3's moved rows
+        change, exactly as upstream's copy of the listed pairs."""
+        width = 4
+        tgt = torch.tensor([[5, 0, 0, 0], [9, 10, 11, 0], [13, 14, 0, 0], [17, 18, 19, 0]], dtype=torch.int64)
+        src = torch.tensor([[5, 0, 0, 0], [9, 10, 11, 0], [13, 16, 0, 0], [17, 18, 21, 0]], dtype=torch.int64)
+        c = SimpleNamespace(kv_tgt=tgt.reshape(-1).to(DEV), kv_src=src.reshape(-1).to(DEV),
+                            accept_lens=torch.tensor([1, 3, 2, 3], dtype=torch.int32, device=DEV))
+        pool = _pool(2, 24, 2, 64, torch.bfloat16, 7)
+        before = [b.clone() for b in pool.k_buffer + pool.v_buffer]
+        want = [_expected(b, c) for b in pool.k_buffer + pool.v_buffer]
+        AcceptedKVMover(pool, backend="triton")(c, width)
+        for got, exp, old in zip(pool.k_buffer + pool.v_buffer, want, before):
+            assert torch.equal(got, exp)
+            changed = (got != old).flatten(1).any(dim=1).nonzero().flatten().tolist()
+            assert changed == [14, 19], changed
+
     def test_other_pools_use_upstream_move():
         calls = []
         pool = SimpleNamespace(device=DEV, data_ptrs=None, data_strides=None,
