@@ -37,7 +37,7 @@
 #                                               # rows vs repeated drafts vs identical rows, clock and power sampled
 #                                               # (benchmark/bench_gemm_power.py), ~1 minute, torch only
 #     bash scripts/device/issue14.sh quick      # triton only, no fa3 staging: a round change's fast checks (the draft-KV
-#                                               # graph and tree kernels, sharp greedy parity b15 / b64 / auto cycle /
+#                                               # graph, tree, commit, KV-move and top-K kernels, sharp greedy parity b15 / b64 / auto cycle /
 #                                               # no overlap; QUICK_PAIRED=0 stops there), then the tiny pair paired (AR, DDTREE b63 with the
 #                                               # draft-KV graphs, +kvgraph, and with the eager append) at bs 1 / 16
 #     bash scripts/device/issue14.sh round      # what a change to the round re-runs: kernels, T > 0 (exact
@@ -193,7 +193,7 @@ case "${1:-}" in
   quick)
     OUT=${OUT:-/tmp/quick_out}
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-300} OUT=$OUT/checks bash $PAR \
-      "unit=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py" \
+      "unit=$PYT test/worker/test_draft_kv_graph.py test/tree/test_gpu.py test/worker/test_commit_kernel_interp.py test/worker/test_kv_move_interp.py test/worker/test_topk_lse_interp.py test/benchmark/test_bench_topk_lse.py" \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b15,sharp:dd_triton_b64,sharp:dd_triton_auto_cycle,sharp:dd_triton_b15_nooverlap --deadline-s 270"
     # QUICK_PAIRED=0: the checks alone (they can follow another short run in the same call)
     [ "${QUICK_PAIRED:-1}" = 0 ] && { ls -la "$OUT/checks"; exit 0; }
