@@ -89,7 +89,8 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
     """``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, each optionally suffixed ``+nograph``
-    (CUDA graphs off), ``+nooverlap`` (``--disable-overlap-schedule``) and / or an attention backend
+    (CUDA graphs off), ``+nooverlap`` (``--disable-overlap-schedule``), ``+p16`` / ``+p64`` (``--page-size``)
+    and / or an attention backend
     (``+fa3``, ``+triton``, ``+flashinfer``: this configuration's backend instead of ``backend``), e.g.
     ``dflash+fa3``; environment modifiers (``ENV_MODIFIERS``, e.g. ``+fa3tree``) go to ``engine_env``."""
     spec, *mods = spec.split("+")
@@ -117,6 +118,7 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
 
 
 _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True),
+              "p16": dict(page_size=16), "p64": dict(page_size=64),  # KV pages of 16 / 64 tokens (default 1)
               # every garbage collection of the scheduler with its duration in the engine log (SGLang's own GC
               # logger, SGLANG_LOG_GC=1, INFO lines): benchmark/gc_log_summary.py totals them
               "gclog": dict(log_level="info")}
@@ -129,6 +131,7 @@ ENV_MODIFIERS = {
     "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (the default)
     "fiplan": {"SGLANG_DDTREE_FLASHINFER_PLAN": "1"},  # flashinfer: DDTREE's host-sync-free plan (flashinfer_plan)
     "fiupstream": {"SGLANG_DDTREE_FLASHINFER_PLAN": "0"},  # flashinfer: upstream's plan() (default: ours on 0.6.14)
+    "pagedx": {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"},  # DDTREE: --page-size > 1 beyond the GPU-verified fa3
 }
 
 

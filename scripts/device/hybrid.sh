@@ -21,6 +21,8 @@
 #                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
 #                                             # == page size 1 on triton, flashinfer and (when staged) fa3
+#     bash scripts/device/hybrid.sh paged_pair  # the same on the trained pair, divergences only float32 near-ties
+#                                             # (triton + flashinfer; PAGED_PAIR_BACKENDS=fa3 with fa3 staged)
 # Env (shape): SHAPE_CONFIGS, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_TIMEOUT_S, SHAPE_DRAFT_WEIGHTS (normal: the drafter
 # loads a written N(0, 0.02) checkpoint, bench_shape.py --draft-weights).
 # Device tool: carry [".device"] (see ../shared/device/README.md). Every DDTREE engine runs with
@@ -99,8 +101,17 @@ case "${1:-}" in
       "paged_flashinfer=$PYT test/worker/test_worker_gpu.py -k 'paged and flashinfer'" \
       "paged_fa3=$PYT test/worker/test_worker_gpu.py -k 'paged and fa3'"
     ;;
+  paged_pair)
+    # the trained pair at page 16 / 64 vs page 1, divergences analysed in float32 (test_paged_pair_gpu.py): two
+    # backends at once (each engine takes 0.45 of the GPU); PAGED_PAIR_BACKENDS=fa3 for the third (fa3 staged)
+    set --
+    for b in $(echo "${PAGED_PAIR_BACKENDS:-triton,flashinfer}" | tr , ' '); do
+      set -- "$@" "pair_$b=$PYT test/worker/test_paged_pair_gpu.py -k $b"
+    done
+    exec bash $PAR "$@"
+    ;;
   *)
-    echo "usage: $0 kernels|parity|faults|sampling|rest|left|auto|shape|paged" >&2
+    echo "usage: $0 kernels|parity|faults|sampling|rest|left|auto|shape|paged|paged_pair" >&2
     exit 2
     ;;
 esac

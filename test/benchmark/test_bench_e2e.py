@@ -43,6 +43,11 @@ def test_environment_modifiers(monkeypatch):
 
     assert bench_e2e.engine_env("ddtree:15:8+flashinfer+fiplan") == {FI_PLAN_ENV: "1"}
     assert bench_e2e.engine_env("ddtree:15:8+flashinfer+fiupstream") == {FI_PLAN_ENV: "0"}
+    from sglang_ddtree.validation import PAGED_ENV
+
+    assert bench_e2e.engine_env("ddtree:15:4+p16+pagedx") == {PAGED_ENV: "1"}
+    assert bench_e2e.engine_kwargs("ddtree:15:4+p16+pagedx", "D", "triton")["page_size"] == 16
+    assert bench_e2e.engine_kwargs("plain+p64", "D", "triton") == {"attention_backend": "triton", "page_size": 64}
     assert bench_e2e.engine_kwargs("ddtree:15:8+flashinfer+fiplan", "D", "triton")["attention_backend"] == "flashinfer"
     monkeypatch.setenv(var, "0")
     with bench_e2e.engine_environment("ddtree:15:8+fa3tree"):
