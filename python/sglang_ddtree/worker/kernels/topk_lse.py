@@ -34,6 +34,28 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def _load_slice(logits_ptr, t, stride_row, vocab, s, BLOCK: tl.constexpr):
+    """Slice s of row t as float32 (-inf past the vocabulary)."""
+    cols = tl.arange(0, BLOCK)
+    col0 = s * BLOCK
+    x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _store_slice_topk(x, s, out, slice_val_ptr, slice_idx_ptr, K: tl.constexpr, BLOCK: tl.constexpr):
+    """The slice's K largest values (K rounds of max, lowest column among equals) and their token ids at
+    candidate row ``out``."""
+    cols = tl.arange(0, BLOCK)
+    for j in tl.static_range(K):
+        v = tl.max(x, axis=0)
+        i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
+        tl.store(slice_val_ptr + out * K + j, v)
+        tl.store(slice_idx_ptr + out * K + j, (s * BLOCK + i).to(tl.int64))
+        x = tl.where(cols == i, float("-inf"), x)
+
+
 @triton.jit(do_not_specialize=["vocab"])
 def topk_lse_slices_kernel(
     logits_ptr,  # [T, V] any float dtype
@@ -49,21 +71,13 @@ def topk_lse_slices_kernel(
 ):
     t = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
-    cols = tl.arange(0, BLOCK)
-    col0 = s * BLOCK
-    x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
-    x = x.to(tl.float32)
+    x = _load_slice(logits_ptr, t, stride_row, vocab, s, BLOCK)
     m = tl.max(x, axis=0)
     z = tl.sum(tl.exp(x - m), axis=0)
     out = (t * num_slices + s)
     tl.store(slice_max_ptr + out, m)
     tl.store(slice_sum_ptr + out, z)
-    for j in tl.static_range(K):
-        v = tl.max(x, axis=0)
-        i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
-        tl.store(slice_val_ptr + out * K + j, v)
-        tl.store(slice_idx_ptr + out * K + j, (col0 + i).to(tl.int64))
-        x = tl.where(cols == i, float("-inf"), x)
+    _store_slice_topk(x, s, out, slice_val_ptr, slice_idx_ptr, K, BLOCK)
 
 
 @triton.jit
@@ -110,10 +124,7 @@ def topk_lse_stats_kernel(
 ):
     t = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
-    cols = tl.arange(0, BLOCK)
-    col0 = s * BLOCK
-    x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
-    x = x.to(tl.float32)
+    x = _load_slice(logits_ptr, t, stride_row, vocab, s, BLOCK)
     m = tl.max(x, axis=0)
     out = t * num_slices + s
     tl.store(slice_max_ptr + out, m)
@@ -156,16 +167,8 @@ def topk_lse_select_kernel(
     s = tl.program_id(1)
     out = t * num_slices + s
     if tl.load(slice_max_ptr + out) >= tl.load(thresh_ptr + t):
-        cols = tl.arange(0, BLOCK)
-        col0 = s * BLOCK
-        x = tl.load(logits_ptr + t * stride_row + col0 + cols, mask=col0 + cols < vocab, other=float("-inf"))
-        x = x.to(tl.float32)
-        for j in tl.static_range(K):
-            v = tl.max(x, axis=0)
-            i = tl.min(tl.where(x == v, cols, BLOCK), axis=0)
-            tl.store(slice_val_ptr + out * K + j, v)
-            tl.store(slice_idx_ptr + out * K + j, (col0 + i).to(tl.int64))
-            x = tl.where(cols == i, float("-inf"), x)
+        _store_slice_topk(_load_slice(logits_ptr, t, stride_row, vocab, s, BLOCK), s, out, slice_val_ptr,
+                          slice_idx_ptr, K, BLOCK)
     else:
         for j in tl.static_range(K):
             tl.store(slice_val_ptr + out * K + j, float("-inf"))
