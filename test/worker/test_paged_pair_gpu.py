@@ -2,7 +2,7 @@
 
 The sharp fixtures' paged parity (``test_worker_gpu.py::test_paged_kv_is_token_identical_to_page_size_1``) has
 margins of ~3 logits, which can absorb an attention error (session 22: the flashinfer plan's wrong split-KV
-layout passed the sharp parity and failed here-like tests on the trained pair). Here each backend runs plain
+layout passed the sharp parity and failed the everyday features on the trained pair). Each backend here runs plain
 decoding at page 1 (the reference) and at page 16, and DDTREE at page 16 / 64 with CUDA graphs and overlap on and
 off, on the same greedy prompts (``benchmark/bench_e2e.py``); every first token where an output leaves the
 reference is recomputed in float32 on CPU (``benchmark/analyze_divergence.py``) and must be a float32 top-2
@@ -11,16 +11,10 @@ near-tie (``test_trained_pair_gpu.EPSILON``). Triton and flashinfer take page si
 Needs the wheel installed (the plugin's entry point) and SGLang's GPU stack.
 """
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-
 import pytest
 
 from _gpu_backend import fa3_status
-from test_trained_pair_gpu import EPSILON, ROOT, _load
+from test_trained_pair_gpu import assert_divergences_are_near_ties, assert_every_config_ran, run_e2e
 
 pytestmark = pytest.mark.gpu
 
@@ -35,50 +29,22 @@ def _configs(backend: str) -> list:
 
 @pytest.fixture(scope="module", params=["triton", "flashinfer", "fa3"])
 def report(request, tmp_path_factory):
-    from sglang_ddtree.fixtures import tiny_pair_path
-
     backend = request.param
     fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
     if not fa3_ok:
         pytest.skip(fa3_reason)
-    pair = tiny_pair_path()
-    out = tmp_path_factory.mktemp("e2e_paged") / f"e2e_paged_{backend}.json"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "bench_e2e.py"), "--target", pair.target,
-                           "--draft", pair.draft, "--configs", ",".join(_configs(backend)),
-                           "--bs", ",".join(BATCH_SIZES), "--num-prompts", "48", "--attention-backend", backend,
-                           "--max-new-tokens", "64", "--out", str(out)], capture_output=True, text=True, timeout=1800)
-    keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
-    if keep:
-        os.makedirs(keep, exist_ok=True)
-        shutil.copy(out, keep)
-    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    with open(out) as f:
-        return json.load(f)
+    return run_e2e(backend, _configs(backend), tmp_path_factory.mktemp("e2e_paged"), f"e2e_paged_{backend}",
+                   BATCH_SIZES)
 
 
 def test_every_paged_config_ran(report):
-    for rec in report["results"]:
-        assert "error" not in rec, (rec["config"], rec.get("traceback"))
-        assert set(rec["by_bs"]) == set(BATCH_SIZES)
+    assert_every_config_ran(report, BATCH_SIZES)
 
 
 def test_paged_divergences_are_only_near_ties(report):
-    import torch
-
-    from sglang_ddtree.reference.qwen3 import Qwen3ForCausalLM
-
-    analyze = _load("analyze_divergence")
-    target = Qwen3ForCausalLM.from_pretrained(report["settings"]["target"], dtype=torch.float32).eval()
-    result = analyze.analyse(report, target, EPSILON)
-    keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
-    if keep:
-        with open(os.path.join(keep, f"divergence_paged_{report['settings']['attention_backend']}.json"), "w") as f:
-            json.dump(result, f, indent=1)
+    result = assert_divergences_are_near_ties(report,
+                                              f"divergence_paged_{report['settings']['attention_backend']}.json")
     assert set(result["configs"]) == {r["config"] for r in report["results"]} - {"plain"}
-    for name, c in result["configs"].items():
-        bad = [case for case in c["cases"] if abs(case["margin"]) >= EPSILON or case["speculative_token_rank"] > 1]
-        assert not bad, (name, bad)
-        print(f"{name}: {c['divergent_prompts']} near-tie divergences (|margin| < {EPSILON})")
 
 
 def test_paged_ddtree_still_accepts_drafts(report):

@@ -46,19 +46,15 @@ def _load(name):
     return mod
 
 
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
-def report(request, tmp_path_factory):
+def run_e2e(backend: str, configs: list, tmp_dir, name: str, batch_sizes: list) -> dict:
+    """bench_e2e.py on the trained pair in a subprocess: its report (kept under SGLANG_DDTREE_KEEP_REPORTS)."""
     from sglang_ddtree.fixtures import tiny_pair_path
 
-    backend = request.param
-    fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
-    if not fa3_ok:
-        pytest.skip(fa3_reason)
     pair = tiny_pair_path()
-    out = tmp_path_factory.mktemp("e2e") / f"e2e_{backend}.json"
+    out = tmp_dir / f"{name}.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmark", "bench_e2e.py"), "--target", pair.target,
-                           "--draft", pair.draft, "--configs", ",".join(CONFIGS[backend]),
-                           "--bs", ",".join(BATCH_SIZES), "--num-prompts", "48", "--attention-backend", backend,
+                           "--draft", pair.draft, "--configs", ",".join(configs),
+                           "--bs", ",".join(batch_sizes), "--num-prompts", "48", "--attention-backend", backend,
                            "--max-new-tokens", "64", "--out", str(out)], capture_output=True, text=True, timeout=1800)
     keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
     if keep:  # e.g. the device scripts bring the raw report back
@@ -69,13 +65,15 @@ def report(request, tmp_path_factory):
         return json.load(f)
 
 
-def test_every_config_ran(report):
+def assert_every_config_ran(report, batch_sizes: list) -> None:
     for rec in report["results"]:
         assert "error" not in rec, (rec["config"], rec.get("traceback"))
-        assert set(rec["by_bs"]) == set(BATCH_SIZES)
+        assert set(rec["by_bs"]) == set(batch_sizes)
 
 
-def test_divergences_are_only_near_ties(report):
+def assert_divergences_are_near_ties(report, name: str) -> dict:
+    """Every config's first token off the ``plain`` config's output is a float32 top-2 near-tie (gap < EPSILON);
+    the analysis is kept as ``name`` under SGLANG_DDTREE_KEEP_REPORTS and returned."""
     import torch
 
     from sglang_ddtree.reference.qwen3 import Qwen3ForCausalLM
@@ -85,13 +83,30 @@ def test_divergences_are_only_near_ties(report):
     result = analyze.analyse(report, target, EPSILON)
     keep = os.environ.get("SGLANG_DDTREE_KEEP_REPORTS")
     if keep:
-        name = f"divergence_{report['settings']['attention_backend']}.json"
         with open(os.path.join(keep, name), "w") as f:
             json.dump(result, f, indent=1)
-    for name, c in result["configs"].items():
+    for config, c in result["configs"].items():
         bad = [case for case in c["cases"] if abs(case["margin"]) >= EPSILON or case["speculative_token_rank"] > 1]
-        assert not bad, (name, bad)
-        print(f"{name}: {c['divergent_prompts']} near-tie divergences (|margin| < {EPSILON})")
+        assert not bad, (config, bad)
+        print(f"{config}: {c['divergent_prompts']} near-tie divergences (|margin| < {EPSILON})")
+    return result
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def report(request, tmp_path_factory):
+    backend = request.param
+    fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
+    if not fa3_ok:
+        pytest.skip(fa3_reason)
+    return run_e2e(backend, CONFIGS[backend], tmp_path_factory.mktemp("e2e"), f"e2e_{backend}", BATCH_SIZES)
+
+
+def test_every_config_ran(report):
+    assert_every_config_ran(report, BATCH_SIZES)
+
+
+def test_divergences_are_only_near_ties(report):
+    assert_divergences_are_near_ties(report, f"divergence_{report['settings']['attention_backend']}.json")
 
 
 def test_ddtree_accepts_more_than_dflash(report):
