@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -115,6 +116,28 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
     return dict(kw, speculative_algorithm="DDTREE", speculative_draft_model_path=draft,
                 speculative_ddtree_budget=budget if budget == "auto" else int(budget),
                 speculative_ddtree_topk=int(topk))
+
+
+def _probe_fa3_import():
+    """None when ``sgl_kernel.flash_attn`` imports, else the import error's last line. In a child process: the
+    benchmark's own process must not load the library (or touch the GPU) next to the engines it measures."""
+    proc = subprocess.run([sys.executable, "-c", "import sgl_kernel.flash_attn"], capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode == 0:
+        return None
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    return lines[-1].strip() if lines else f"exit status {proc.returncode}"
+
+
+def fa3_unavailable(specs, backend: str, probe=None):
+    """Why configs on fa3 cannot start here (sgl_kernel's fa3 module does not import: on the lent H200 its 1.1 GB
+    library is staged into /tmp, which a machine given back loses), or None. Checked before any engine starts, so
+    a run does not spend minutes starting the configs that do not need fa3 first. ``probe``: a stand-in for
+    ``_probe_fa3_import`` (tests)."""
+    if not any(engine_kwargs(spec, "D", backend)["attention_backend"] == "fa3" for spec in specs):
+        return None
+    error = (probe or _probe_fa3_import)()
+    return None if error is None else f"a config runs on fa3 but sgl_kernel.flash_attn does not import ({error})"
 
 
 _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disable_overlap_schedule=True),

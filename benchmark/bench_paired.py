@@ -27,7 +27,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import COMMON, PROMPTS, after_warmup, decode_in_batches, engine_env, engine_kwargs, environment  # noqa: E402
+from bench_e2e import (COMMON, PROMPTS, after_warmup, decode_in_batches, engine_env, engine_kwargs,  # noqa: E402
+                       environment, fa3_unavailable)
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -150,6 +151,11 @@ def main(argv=None) -> int:
     missing = [b for b in baselines if b not in configs]
     if missing:
         ap.error(f"--baselines {missing} are not in --configs {configs}")
+    why = None if os.environ.get("BENCH_PAIRED_FAKE_ENGINE") == "1" else fa3_unavailable(configs,
+                                                                                         args.attention_backend)
+    if why:
+        print(f"bench_paired: error: {why}", file=sys.stderr)
+        return 1
     bs_list = [int(b) for b in args.bs.split(",")]
     from transformers import AutoTokenizer
 

@@ -113,7 +113,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment  # noqa: E402
+from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment, fa3_unavailable  # noqa: E402
 from gpu_clocks import GpuSampler  # noqa: E402
 
 from shape_budgets import (ACCEPT_TABLE_ENV, AUTO_BUCKETS, BUDGET_COUNT_SETTINGS, config_env,  # noqa: E402
@@ -976,6 +976,11 @@ def main(argv=None) -> int:
     if not args.out:
         ap.error("--out is required (or --plot JSON_IN --plot-dir DIR)")
     _check(ap, args)
+    why = None if os.environ.get("BENCH_SHAPE_FAKE_ENGINE") == "1" else fa3_unavailable(args.configs,
+                                                                                        args.attention_backend)
+    if why:
+        print(f"bench_shape: error: {why}", file=sys.stderr)
+        return 1
     args.model_dir = args.model_dir or tempfile.mkdtemp(prefix="bench_shape_")
     log_dir = args.log_dir or os.path.dirname(os.path.abspath(args.out))
     os.makedirs(log_dir, exist_ok=True)

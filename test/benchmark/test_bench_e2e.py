@@ -101,3 +101,18 @@ def test_write_report_puts_the_run_above_the_sections(tmp_path):
     assert on_disk == rep and list(rep) == ["command", "environment", "settings", "by_rows"]
     assert rep["command"].endswith(" --rows 2") and "command" not in rep["environment"]
     assert {"python", "torch", "gpu", "date_utc", "sglang_ddtree"} <= set(rep["environment"])
+
+
+def test_fa3_unavailable_names_the_import_error_only_when_a_config_runs_on_fa3():
+    def missing():
+        return "ImportError: Can not import FA3 in sgl_kernel. Please check your installation."
+
+    def present():
+        return None
+
+    assert bench_e2e.fa3_unavailable(["plain", "ddtree:15:8"], "triton", probe=missing) is None
+    assert bench_e2e.fa3_unavailable(["plain", "dflash+fa3"], "triton", probe=present) is None
+    why = bench_e2e.fa3_unavailable(["plain", "dflash+fa3"], "triton", probe=missing)
+    assert why == ("a config runs on fa3 but sgl_kernel.flash_attn does not import (ImportError: Can not import FA3 "
+                   "in sgl_kernel. Please check your installation.)")
+    assert bench_e2e.fa3_unavailable(["plain"], "fa3", probe=missing) is not None  # the run's default backend

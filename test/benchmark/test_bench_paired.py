@@ -1,10 +1,13 @@
 """benchmark/bench_paired.py end to end on CPU, with its test-only fake engine (BENCH_PAIRED_FAKE_ENGINE=1):
 child processes, the rotated alternation, the per-repetition paired ratios and the JSON report."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "benchmark", "bench_paired.py")
@@ -89,3 +92,16 @@ def test_a_run_cut_short_keeps_every_finished_repetition(tmp_path):
     assert n >= 1 and rep["complete"] is False
     assert all(len(rep["results"][s][bs]["tokens_per_s"]) == n for s in ("plain", "dflash") for bs in ("1", "4"))
     assert rep["results"]["dflash"]["1"]["speedup_vs_plain"]["median"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sgl_kernel") is not None, reason="sgl_kernel is installed here")
+def test_a_run_on_fa3_stops_before_any_engine_when_fa3_does_not_import(tmp_path):
+    pair = _pair()
+    proc = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft,
+                           "--configs", "plain+fa3,dflash+fa3", "--baselines", "plain+fa3",
+                           "--out", str(tmp_path / "x.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("bench_paired: error: a config runs on fa3 but sgl_kernel.flash_attn does not "
+                                  "import") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "x.json").exists()

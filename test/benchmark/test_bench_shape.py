@@ -266,6 +266,18 @@ def test_plot_mode_merges_reports_of_different_concurrency_levels(run, tmp_path)
     assert proc.returncode == 2 and "qwen3-8b plain: concurrency 1 is in two reports" in proc.stderr
 
 
+@pytest.mark.skipif(importlib.util.find_spec("sgl_kernel") is not None, reason="sgl_kernel is installed here")
+def test_a_run_on_fa3_stops_before_any_engine_when_fa3_does_not_import(tmp_path):
+    """Session 24 lost a device call: the machine had been given back, the staged fa3 library with it, and the
+    run spent its first engine's start finding out. Now it is one error line before anything starts."""
+    proc = _cli("--out", str(tmp_path / "x.json"), "--model-dir", str(tmp_path / "models"),
+                "--configs", "plain+fa3,ddtree:15:8+fa3", fake=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith("bench_shape: error: a config runs on fa3 but sgl_kernel.flash_attn does not "
+                                  "import") and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "models").exists() and not (tmp_path / "x.json").exists()
+
+
 def test_bad_config_fails_before_any_engine(tmp_path):
     proc = _cli("--out", str(tmp_path / "x.json"), "--model-dir", str(tmp_path / "models"),
                 "--configs", "plain,ddtree:64")
