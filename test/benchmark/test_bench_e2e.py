@@ -46,6 +46,9 @@ def test_environment_modifiers(monkeypatch):
     from sglang_ddtree.validation import PAGED_ENV
 
     assert bench_e2e.engine_env("ddtree:15:4+p16+pagedx") == {PAGED_ENV: "1"}
+    from sglang_ddtree.worker.draft_head import TOPK_THRESHOLD_ENV
+
+    assert bench_e2e.engine_env("ddtree:15:8+fa3+topkthr") == {TOPK_THRESHOLD_ENV: "1"}
     assert bench_e2e.engine_kwargs("ddtree:15:4+p16+pagedx", "D", "triton")["page_size"] == 16
     assert bench_e2e.engine_kwargs("plain+p64", "D", "triton") == {"attention_backend": "triton", "page_size": 64}
     assert bench_e2e.engine_kwargs("ddtree:15:8+flashinfer+fiplan", "D", "triton")["attention_backend"] == "flashinfer"

@@ -1,5 +1,6 @@
 """Top-K draft log-probs: against a dense log_softmax, chunking, and the vocab-parallel merge."""
 
+import pytest
 import torch
 
 from sglang_ddtree.worker import draft_head as dh
@@ -59,3 +60,30 @@ def test_head_refuses_quantized_lm_head():
     head, reason = dh.build_draft_head(_Model(torch.zeros(4, 4, dtype=torch.int8)), block_size=4, topk=2,
                                        max_bs=1, tp_group=None)
     assert head is None and "quantized" in reason
+
+
+def test_the_head_takes_its_top_k_pass_from_the_environment(monkeypatch):
+    """SGLANG_DDTREE_TOPK_THRESHOLD: unset / 0 every slice's top-K, 1 the threshold pass (same result); another
+    value is one error line naming the variable."""
+    weight = torch.randn(30, 8)
+    monkeypatch.delenv(dh.TOPK_THRESHOLD_ENV, raising=False)
+    assert dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0].select == "all"
+    monkeypatch.setenv(dh.TOPK_THRESHOLD_ENV, "1")
+    head = dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0]
+    assert head.select == "threshold"
+    seen, real = [], dh.topk_lse
+
+    def spy(*args, **kw):
+        seen.append(kw["select"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(dh, "topk_lse", spy)
+    hidden = torch.randn(2 * 4, 8)
+    lp, ids = head.compute(hidden)
+    assert seen and set(seen) == {"threshold"}
+    ref_lp, ref_ids = _dense(hidden.view(2, 4, 8)[:, 1:].reshape(-1, 8), weight, 3)
+    torch.testing.assert_close(lp.reshape(-1, 3), ref_lp, atol=1e-5, rtol=1e-5)
+    assert torch.equal(ids.reshape(-1, 3), ref_ids)
+    monkeypatch.setenv(dh.TOPK_THRESHOLD_ENV, "yes")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_TOPK_THRESHOLD='yes': use 1"):
+        dh.topk_select()

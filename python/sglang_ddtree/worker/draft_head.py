@@ -19,13 +19,28 @@ import torch
 _CHUNK_TOKENS = 256
 
 
+# The draft head's top-K pass: ``threshold`` (1) or every slice's (0, the default, the one timed on the H200) until
+# bench_topk_lse and a paired shape run show the threshold form faster (bench config ``+topkthr``).
+TOPK_THRESHOLD_ENV = "SGLANG_DDTREE_TOPK_THRESHOLD"
+
+
+def topk_select() -> str:
+    """The ``select`` the draft head's ``topk_lse`` uses, from ``TOPK_THRESHOLD_ENV``."""
+    from sglang_ddtree.config import env_switch
+
+    on = env_switch(TOPK_THRESHOLD_ENV, on="the top-K pass over the slices that can hold the top-K only",
+                    off="every slice's top-K, the default")
+    return "threshold" if on else "all"
+
+
 def topk_logprobs_local(
-    hidden: torch.Tensor, weight: torch.Tensor, topk: int, vocab_start: int = 0
+    hidden: torch.Tensor, weight: torch.Tensor, topk: int, vocab_start: int = 0, select: str = "all"
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One rank's share of the draft distribution.
 
     Shape: hidden [T, H] (any float dtype; cast to the weight's), weight [V_local, H].
     Returns (top logits [T, K] float32, global token ids [T, K] int64, logsumexp [T] float32).
+    ``select``: ``topk_lse``'s.
     """
     out_val = torch.empty((hidden.shape[0], topk), dtype=torch.float32, device=hidden.device)
     out_ids = torch.empty((hidden.shape[0], topk), dtype=torch.int64, device=hidden.device)
@@ -33,7 +48,7 @@ def topk_logprobs_local(
     for start in range(0, hidden.shape[0], _CHUNK_TOKENS):
         end = min(hidden.shape[0], start + _CHUNK_TOKENS)
         logits = torch.matmul(hidden[start:end].to(weight.dtype), weight.T)
-        topk_lse(logits, topk, out_val[start:end], out_ids[start:end], out_lse[start:end])
+        topk_lse(logits, topk, out_val[start:end], out_ids[start:end], out_lse[start:end], select=select)
     if vocab_start:
         out_ids += vocab_start
     return out_val, out_ids, out_lse
@@ -131,6 +146,7 @@ class DraftTopKHead:
         self.org_vocab_start = int(org_vocab_start)
         self.tp_group = tp_group
         self.tp_size = int(tp_group.world_size) if tp_group is not None else 1
+        self.select = topk_select()
         rows = int(max_bs) * (self.block_size - 1)
         self.out_log_probs = torch.empty((rows, self.topk), dtype=torch.float32, device=weight.device)
         self.out_ids = torch.empty((rows, self.topk), dtype=torch.int64, device=weight.device)
@@ -139,7 +155,7 @@ class DraftTopKHead:
         """Eager path. Returns (log-probs [bs, L-1, K] float32, ids [bs, L-1, K] int64)."""
         bs = hidden_states.shape[0] // self.block_size
         hs = hidden_states.view(bs, self.block_size, -1)[:, 1:, :].reshape(-1, hidden_states.shape[-1])
-        val, ids, lse = topk_logprobs_local(hs, self.weight, self.topk, self.org_vocab_start)
+        val, ids, lse = topk_logprobs_local(hs, self.weight, self.topk, self.org_vocab_start, self.select)
         if self.tp_size == 1:
             log_probs = val - lse.unsqueeze(1)
         else:
