@@ -142,7 +142,6 @@ def topk_lse_threshold_kernel(
     t = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, BLOCK_S)
     ms = tl.load(slice_max_ptr + t * num_slices + s, mask=s < num_slices, other=float("-inf"))
-    v = tl.max(ms, axis=0)
     for _ in tl.static_range(K):  # K rounds: the last max taken is the K-th largest, counting repeats
         v = tl.max(ms, axis=0)
         i = tl.min(tl.where(ms == v, s, BLOCK_S), axis=0)
