@@ -154,7 +154,7 @@ ENV_MODIFIERS = {
     "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (the default)
     "fiplan": {"SGLANG_DDTREE_FLASHINFER_PLAN": "1"},  # flashinfer: DDTREE's host-sync-free plan (flashinfer_plan)
     "fiupstream": {"SGLANG_DDTREE_FLASHINFER_PLAN": "0"},  # flashinfer: upstream's plan() (default: ours on 0.6.14)
-    "pagedx": {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"},  # DDTREE: --page-size > 1 beyond the GPU-verified fa3
+    "pagedx": {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"},  # DDTREE: --page-size > 1 beyond the GPU-verified configs
     "topkthr": {"SGLANG_DDTREE_TOPK_THRESHOLD": "1"},  # DDTREE: the draft head's threshold top-K pass
 }
 

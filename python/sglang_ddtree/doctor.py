@@ -265,21 +265,20 @@ def _hybrid_note() -> str:
 def _paged_note() -> str:
     """Where DDTREE takes --page-size > 1 (``validation._check_page_size``)."""
     from sglang_ddtree.config import DDTreeArgumentError
-    from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKEND, paged_kv_enabled
+    from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKENDS, paged_kv_enabled
     from sglang_ddtree.worker import fa3_tree
 
     try:
         on = paged_kv_enabled()
-        verified = fa3_tree.enabled()
+        fused = fa3_tree.enabled()
     except DDTreeArgumentError as e:
         return f"--page-size > 1: {e}"
     if on:
-        return (f"--page-size > 1: allowed, EXPERIMENTAL beyond {PAGED_VERIFIED_BACKEND} with a fixed budget "
-                f"({PAGED_ENV}=1; dense targets, triton / flashinfer / fa3)")
-    if not verified:
-        return (f"--page-size > 1: refused ({PAGED_VERIFIED_BACKEND} runs upstream's cascade here; {PAGED_ENV}=1 to "
-                f"try it, not yet verified on a GPU)")
-    return (f"--page-size > 1: {PAGED_VERIFIED_BACKEND} with a fixed budget (GPU-verified); elsewhere refused "
+        return (f"--page-size > 1: allowed, EXPERIMENTAL beyond the verified configurations ({PAGED_ENV}=1; dense "
+                f"targets)")
+    verified = [b for b in PAGED_VERIFIED_BACKENDS if b != "fa3" or fused]
+    cascade = "" if fused else " (fa3 runs upstream's cascade here: refused)"
+    return (f"--page-size > 1: {' / '.join(verified)} with a fixed budget (GPU-verified){cascade}; elsewhere refused "
             f"({PAGED_ENV}=1 to try it, not yet verified on a GPU)")
 
 

@@ -179,26 +179,32 @@ def _check_platform_and_parallelism(server_args) -> None:
 
 
 PAGED_ENV = "SGLANG_DDTREE_EXPERIMENTAL_PAGED"
-# --page-size > 1 as verified on a GPU: the target's prefill and decode attention on fa3 with DDTREE's fused tree
-# attention, the drafter's backend unset or fa3, a fixed budget; dense targets (hybrid ones refuse pages in
-# ``hybrid_args``). ``test_worker_gpu.py::test_paged_kv_is_token_identical_to_page_size_1[fa3]``: page 16 / 64,
-# budgets 15 / 64, graphs and overlap on and off, token-identical to the page-1 plain engine (H200, SGLang 0.5.16,
-# session 13: ``benchmark/results/gpu_tests_h200_session13.json`` call 7).
-PAGED_VERIFIED_BACKEND = "fa3"
+# --page-size > 1 as verified on a GPU (H200, SGLang 0.5.16), dense targets (hybrid ones refuse pages in
+# ``hybrid_args``), a fixed budget, one backend for the target's prefill and decode and the drafter (the drafter's
+# unset or the same):
+# - fa3 with DDTREE's fused tree attention: ``test_worker_gpu.py::test_paged_kv_is_token_identical_to_page_size_1``,
+#   page 16 / 64, budgets 15 / 64, graphs and overlap on and off, token-identical to the page-1 plain engine
+#   (session 13, ``benchmark/results/gpu_tests_h200_session13.json`` call 7);
+# - triton and flashinfer: the same sharp-fixture test, 176 / 176 equal (session 20,
+#   ``benchmark/results/session20/hybrid_left/paged_*.parity.txt``), and the trained pair's
+#   ``test_paged_pair_gpu.py``: every divergence from the page-1 plain engine a float32 top-2 near-tie, acceptance
+#   kept (session 25, ``benchmark/results/session25/paged_pair``).
+PAGED_VERIFIED_BACKENDS = ("fa3", "triton", "flashinfer")
 
 
 def paged_kv_enabled() -> bool:
-    """``SGLANG_DDTREE_EXPERIMENTAL_PAGED=1``: DDTREE accepts ``--page-size`` > 1 beyond the verified configuration
-    (``_check_page_size``): dense targets on triton, flashinfer, fa3 with upstream's cascade, budget auto. Every slot
+    """``SGLANG_DDTREE_EXPERIMENTAL_PAGED=1``: DDTREE accepts ``--page-size`` > 1 beyond the verified configurations
+    (``_check_page_size``): dense targets with mixed backends, fa3 with upstream's cascade, budget auto. Every slot
     the round touches is a per-token index read from ``req_to_token`` (verify, commit moves, draft block, draft-KV
     append) and upstream's ``alloc_for_spec_decode`` reserves whole pages, so nothing in the round assumes
-    one-token pages; experimental until ``test_worker_gpu.py``'s paged parity has run there on a GPU."""
-    return env_switch(PAGED_ENV, on="--page-size > 1 allowed beyond fa3 (experimental)",
-                      off="--page-size > 1 on fa3 with a fixed budget only", error=DDTreeArgumentError)
+    one-token pages; experimental until a paged parity has run there on a GPU."""
+    return env_switch(PAGED_ENV, on="--page-size > 1 allowed beyond the GPU-verified configurations (experimental)",
+                      off="--page-size > 1 with a fixed budget on one of fa3 / triton / flashinfer only",
+                      error=DDTreeArgumentError)
 
 
 def _paged_unverified_reason(server_args, *, adaptive: bool):
-    """Why this configuration's ``--page-size`` > 1 is outside what a GPU verified (``PAGED_VERIFIED_BACKEND``),
+    """Why this configuration's ``--page-size`` > 1 is outside what a GPU verified (``PAGED_VERIFIED_BACKENDS``),
     or None when it is inside."""
     from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
 
@@ -206,12 +212,14 @@ def _paged_unverified_reason(server_args, *, adaptive: bool):
 
     prefill, decode = attention_backends_of(resolved_view(server_args))
     for flag, backend in (("prefill", prefill), ("decode", decode)):
-        if backend != PAGED_VERIFIED_BACKEND:
+        if backend not in PAGED_VERIFIED_BACKENDS:
             return f"the {flag} attention backend is '{backend}'"
+    if prefill != decode:
+        return f"the prefill and decode attention backends differ ('{prefill}', '{decode}')"
     draft = getattr(server_args, "speculative_draft_attention_backend", None)
-    if draft not in (None, PAGED_VERIFIED_BACKEND):
-        return f"--speculative-draft-attention-backend is '{draft}'"
-    if not fa3_tree.enabled():
+    if draft not in (None, prefill):
+        return f"--speculative-draft-attention-backend is '{draft}' (the target's is '{prefill}')"
+    if prefill == "fa3" and not fa3_tree.enabled():
         return f"fa3 verifies trees with upstream's cascade here ({fa3_tree.ENV} off or not carried by this release)"
     if adaptive:
         return f"{BUDGET_FLAG} is {AUTO}"
@@ -219,7 +227,7 @@ def _paged_unverified_reason(server_args, *, adaptive: bool):
 
 
 def _check_page_size(server_args, *, adaptive: bool) -> None:
-    """``--page-size`` > 1 on a dense target: taken in the GPU-verified configuration, or anywhere with
+    """``--page-size`` > 1 on a dense target: taken in a GPU-verified configuration, or anywhere with
     ``PAGED_ENV``=1 (hybrid targets: ``hybrid_args``)."""
     from sglang.srt.arg_groups.overrides import resolved_view
 
@@ -229,9 +237,9 @@ def _check_page_size(server_args, *, adaptive: bool) -> None:
     why = _paged_unverified_reason(server_args, adaptive=adaptive)
     if why is not None:
         raise DDTreeArgumentError(
-            f"--speculative-algorithm DDTREE supports --page-size {page_size} only with --attention-backend "
-            f"{PAGED_VERIFIED_BACKEND} and a fixed budget for now, but {why} (use --page-size 1, or set "
-            f"{PAGED_ENV}=1 to try it: not yet verified on a GPU)."
+            f"--speculative-algorithm DDTREE supports --page-size {page_size} only with a fixed budget and one "
+            f"--attention-backend of {' / '.join(PAGED_VERIFIED_BACKENDS)} for the target and the drafter for now, "
+            f"but {why} (use --page-size 1, or set {PAGED_ENV}=1 to try it: not yet verified on a GPU)."
         )
 
 

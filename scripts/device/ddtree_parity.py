@@ -32,7 +32,7 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKEND  # noqa: E402
+from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKENDS  # noqa: E402
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
 from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E402
@@ -43,8 +43,8 @@ PAGED = {PAGED_ENV: "1"}
 
 
 def _paged_env(backend):
-    """The experimental switch for --page-size > 1 where validation does not take it as verified (not fa3)."""
-    return {} if backend == PAGED_VERIFIED_BACKEND else PAGED
+    """The experimental switch for --page-size > 1 where validation does not take it as verified."""
+    return {} if backend in PAGED_VERIFIED_BACKENDS else PAGED
 
 
 def ddtree(budget, topk, backend="triton", **kw):

@@ -204,10 +204,12 @@ def test_gpu_check_says_which_fa3_tree_verify_runs(monkeypatch, switch):
 
 
 @pytest.mark.parametrize("switch, fa3_tree, want", [
-    ("", "1", "--page-size > 1: fa3 with a fixed budget (GPU-verified); elsewhere refused "
+    ("", "1", "--page-size > 1: fa3 / triton / flashinfer with a fixed budget (GPU-verified); elsewhere refused "
               "(SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it, not yet verified on a GPU)"),
-    ("", "0", "--page-size > 1: refused (fa3 runs upstream's cascade here; SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try"),
-    ("1", "0", "--page-size > 1: allowed, EXPERIMENTAL beyond fa3 with a fixed budget (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1;"),
+    ("", "0", "--page-size > 1: triton / flashinfer with a fixed budget (GPU-verified) (fa3 runs upstream's cascade "
+              "here: refused); elsewhere refused (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try"),
+    ("1", "0", "--page-size > 1: allowed, EXPERIMENTAL beyond the verified configurations "
+               "(SGLANG_DDTREE_EXPERIMENTAL_PAGED=1; dense targets)"),
     ("on", "1", "--page-size > 1: SGLANG_DDTREE_EXPERIMENTAL_PAGED='on': use 1"),
 ])
 def test_gpu_check_says_whether_pages_above_1_are_taken(monkeypatch, switch, fa3_tree, want):

@@ -232,46 +232,55 @@ def _fa3_tree_path_carried():
     return fa3_tree.release_supported()
 
 
-@pytest.mark.skipif(not _fa3_tree_path_carried(), reason="this release runs fa3's tree verify as upstream's cascade, "
-                    "where --page-size > 1 stays behind SGLANG_DDTREE_EXPERIMENTAL_PAGED")
+_PAGED_HEAD = (r"supports --page-size {} only with a fixed budget and one --attention-backend of fa3 / triton / "
+               r"flashinfer for the target and the drafter for now, but ")
+_PAGED_TAIL = r" \(use --page-size 1, or set SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it: not yet verified on a GPU\)\.$"
+
+
 @pytest.mark.parametrize("page_size", [16, 64])
-def test_page_size_above_1_on_fa3_with_a_fixed_budget(parse, tiny_configs, capsys, monkeypatch, page_size):
-    """The GPU-verified configuration takes --page-size > 1 without the experimental switch: fa3 (DDTREE's fused tree
-    attention) for the target's prefill and decode and the drafter, a fixed budget. Anything else is a one-line error
-    naming what is outside it."""
+def test_page_size_above_1_on_one_verified_backend_with_a_fixed_budget(parse, tiny_configs, capsys, monkeypatch,
+                                                                        page_size):
+    """The GPU-verified configurations take --page-size > 1 without the experimental switch: one of triton /
+    flashinfer / fa3 (fa3 with DDTREE's fused tree attention, where the release carries it) for the target's prefill
+    and decode, the drafter's backend unset or the same, a fixed budget. Anything else is a one-line error naming
+    what is outside them."""
     monkeypatch.delenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", raising=False)
     monkeypatch.delenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", raising=False)
     args = (*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"], "--page-size", str(page_size))
-    view = resolved(parse(*args, "--attention-backend", "fa3"))
-    assert (view.page_size, view.attention_backend) == (page_size, "fa3")
-    assert resolved(parse(*args, "--attention-backend", "fa3", "--speculative-draft-attention-backend", "fa3")
-                    ).page_size == page_size
-    head = rf"supports --page-size {page_size} only with --attention-backend fa3 and a fixed budget for now, but "
-    tail = r" \(use --page-size 1, or set SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it: not yet verified on a GPU\)\.$"
+    backends = ["triton", "flashinfer"] + (["fa3"] if _fa3_tree_path_carried() else [])
+    for backend in backends:
+        view = resolved(parse(*args, "--attention-backend", backend))
+        assert (view.page_size, view.attention_backend) == (page_size, backend)
+        assert resolved(parse(*args, "--attention-backend", backend, "--speculative-draft-attention-backend",
+                              backend)).page_size == page_size
+    head = _PAGED_HEAD.format(page_size)
     for extra, why in [
-        (["--attention-backend", "triton"], "the prefill attention backend is 'triton'"),
-        (["--attention-backend", "fa3", "--decode-attention-backend", "flashinfer"],
-         "the decode attention backend is 'flashinfer'"),
-        (["--attention-backend", "fa3", "--speculative-draft-attention-backend", "triton"],
-         "--speculative-draft-attention-backend is 'triton'"),
+        (["--attention-backend", "triton", "--decode-attention-backend", "flashinfer"],
+         "the prefill and decode attention backends differ ('triton', 'flashinfer')"),
+        (["--attention-backend", "flashinfer", "--speculative-draft-attention-backend", "triton"],
+         "--speculative-draft-attention-backend is 'triton' (the target's is 'flashinfer')"),
     ]:
-        _one_line_cli_error(capsys, lambda: parse(*args, *extra), head + re.escape(why) + tail)
-    monkeypatch.setenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", "0")
-    _one_line_cli_error(capsys, lambda: parse(*args, "--attention-backend", "fa3"),
-                        head + r"fa3 verifies trees with upstream's cascade here \(SGLANG_DDTREE_FA3_TREE_ATTENTION off")
-    monkeypatch.delenv("SGLANG_DDTREE_FA3_TREE_ATTENTION")
+        _one_line_cli_error(capsys, lambda: parse(*args, *extra), head + re.escape(why) + _PAGED_TAIL)
+    if _fa3_tree_path_carried():
+        monkeypatch.setenv("SGLANG_DDTREE_FA3_TREE_ATTENTION", "0")
+        _one_line_cli_error(capsys, lambda: parse(*args, "--attention-backend", "fa3"),
+                            head + r"fa3 verifies trees with upstream's cascade here \(SGLANG_DDTREE_FA3_TREE_ATTENTION "
+                            r"off")
+        monkeypatch.delenv("SGLANG_DDTREE_FA3_TREE_ATTENTION")
     if _auto_supported():
-        _one_line_cli_error(capsys, lambda: parse(*args, "--attention-backend", "fa3", "--speculative-ddtree-budget",
-                                                  "auto"), head + r"--speculative-ddtree-budget is auto" + tail)
+        for backend in backends:
+            _one_line_cli_error(capsys, lambda: parse(*args, "--attention-backend", backend,
+                                                      "--speculative-ddtree-budget", "auto"),
+                                head + r"--speculative-ddtree-budget is auto" + _PAGED_TAIL)
 
 
 @pytest.mark.parametrize("page_size", [16, 64])
 def test_page_size_above_1_behind_the_experimental_switch(parse, tiny_configs, capsys, monkeypatch, page_size):
-    """``SGLANG_DDTREE_EXPERIMENTAL_PAGED=1`` lets --page-size > 1 through beyond the verified configuration (here
-    triton; the page size reaches SGLang as given); a value other than 0 / 1 is a one-line error naming the
-    variable."""
+    """``SGLANG_DDTREE_EXPERIMENTAL_PAGED=1`` lets --page-size > 1 through beyond the verified configurations (here
+    mixed prefill / decode backends; the page size reaches SGLang as given); a value other than 0 / 1 is a one-line
+    error naming the variable."""
     args = (*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"], "--attention-backend", "triton",
-            "--page-size", str(page_size))
+            "--decode-attention-backend", "flashinfer", "--page-size", str(page_size))
     monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", "1")
     sa = parse(*args)
     from sglang_ddtree.config import DEFAULT_BUDGET
@@ -280,10 +289,10 @@ def test_page_size_above_1_behind_the_experimental_switch(parse, tiny_configs, c
     assert (view.page_size, view.speculative_num_draft_tokens) == (page_size, DEFAULT_BUDGET + 1)
     monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", "yes")
     _one_line_cli_error(capsys, lambda: parse(*args), r"SGLANG_DDTREE_EXPERIMENTAL_PAGED='yes': use 1 \(--page-size > 1 "
-                        r"allowed beyond fa3 \(experimental\)\) or 0")
+                        r"allowed beyond the GPU-verified configurations \(experimental\)\) or 0")
     monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", "0")
-    _one_line_cli_error(capsys, lambda: parse(*args), rf"supports --page-size {page_size} only with --attention-backend "
-                        r"fa3 and a fixed budget for now, but the prefill attention backend is 'triton'")
+    _one_line_cli_error(capsys, lambda: parse(*args), _PAGED_HEAD.format(page_size)
+                        + re.escape("the prefill and decode attention backends differ ('triton', 'flashinfer')"))
 
 
 def test_flags_without_ddtree_warn_and_change_nothing(parse, tiny_configs, ddtree_logs):
@@ -306,7 +315,7 @@ BAD_CLI = [
     pytest.param(["--prefill-attention-backend", "trtllm_mha"], r"cannot use --prefill-attention-backend trtllm_mha", id="trtllm_mha-prefill"),
     pytest.param(["--attention-backend", "torch_native"], r"cannot use the prefill attention backend 'torch_native' \(from --attention-backend\): its tree-mask verify path is untested with DDTREE\. Use --attention-backend triton, flashinfer or fa3\.", id="untested-backend"),
     pytest.param(["--attention-backend", "triton", "--decode-attention-backend", "torch_native"], r"decode attention backend 'torch_native' \(from --decode-attention-backend\)", id="decode-torch_native"),
-    pytest.param(["--attention-backend", "triton", "--page-size", "16"], r"supports --page-size 16 only with --attention-backend fa3 and a fixed budget for now, but the prefill attention backend is 'triton' \(use --page-size 1, or set SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it: not yet verified on a GPU\)\.", id="page-size"),
+    pytest.param(["--attention-backend", "triton", "--decode-attention-backend", "flashinfer", "--page-size", "16"], r"supports --page-size 16 only with a fixed budget and one --attention-backend of fa3 / triton / flashinfer for the target and the drafter for now, but the prefill and decode attention backends differ \('triton', 'flashinfer'\) \(use --page-size 1, or set SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it: not yet verified on a GPU\)\.", id="page-size"),
     pytest.param(["--pp-size", "2"], r"does not support pipeline parallelism yet: --pp-size must be 1, got 2\.", id="pp"),
     pytest.param(["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"], _DP_REFUSAL, id="dp-attention"),
     pytest.param(["--speculative-num-draft-tokens", "8"], r"--speculative-num-draft-tokens=8 cannot be set with --speculative-algorithm DDTREE: it is derived as --speculative-ddtree-budget \+ 1", id="num-draft-tokens"),

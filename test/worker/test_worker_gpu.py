@@ -74,7 +74,7 @@ def test_sharp_models_token_identical(models_root, tmp_path, backend):
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3"])
 def test_paged_kv_is_token_identical_to_page_size_1(models_root, tmp_path, backend):
-    """--page-size 16 / 64 (fa3 as validation takes it; triton / flashinfer with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1):
+    """--page-size 16 / 64 on each backend as validation takes it (``validation.PAGED_VERIFIED_BACKENDS``):
     greedy output == the page-1 plain engine's, for plain decoding itself and for DDTREE with graphs and overlap on
     and off (sharp models: exact)."""
     fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
