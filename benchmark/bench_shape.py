@@ -600,17 +600,22 @@ def engine_settings(args) -> dict:
 
 # A hybrid shape's engines, every config alike (paired): text only (SGLang would otherwise load the Qwen3.5
 # multimodal processor, which needs processor and tokenizer files a dummy-weight shape does not have), no radix
-# cache (DDTREE on a hybrid target needs a mamba scheduler strategy with it; the benchmark never shares prefixes).
+# cache (DDTREE on a hybrid target needs a mamba scheduler strategy with it; the benchmark never shares prefixes),
+# and at most the largest concurrency running: SGLang sizes the recurrent-state pool from max_running_requests
+# without the radix cache, and from the free memory (half of it) when that is unset. Session 25: the plain engine
+# took 69.8 GiB that way and DFLASH 63.8 GiB (48 requests x 16 rows of per-step states), so the third engine of
+# four could not start on one H200.
 HYBRID_ENGINE_SETTINGS = {"enable_multimodal": False, "disable_radix_cache": True}
 
 
-def shape_settings(shape: str, spec: str) -> tuple[dict, dict]:
-    """(engine kwargs, environment) a shape adds to every config: a hybrid shape's text-only, radix-free engines,
-    and DDTREE's experimental hybrid switch (``ddtree:auto`` where its largest bucket's per-row states fit: DDTREE's
-    validation refuses it with the numbers where they do not)."""
+def shape_settings(shape: str, spec: str, max_concurrency: int) -> tuple[dict, dict]:
+    """(engine kwargs, environment) a shape adds to every config: a hybrid shape's text-only, radix-free engines
+    running at most ``max_concurrency`` requests, and DDTREE's experimental hybrid switch (``ddtree:auto`` where its
+    largest bucket's per-row states fit: DDTREE's validation refuses it with the numbers where they do not)."""
     if shape not in HYBRID_SHAPES:
         return {}, {}
-    return dict(HYBRID_ENGINE_SETTINGS), ({HYBRID_ENV: "1"} if spec.startswith("ddtree") else {})
+    return ({**HYBRID_ENGINE_SETTINGS, "max_running_requests": int(max_concurrency)},
+            {HYBRID_ENV: "1"} if spec.startswith("ddtree") else {})
 
 
 def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int, log_dir: str,
@@ -626,7 +631,7 @@ def run_shape(shape: str, target_dir: str, draft_dir: str, args, port_index: int
         for i, spec in enumerate(configs):  # one after another: each engine sizes itself from the free memory
             t_start = time.time()
             port = args.base_port + 100 * (port_index + i)
-            shape_engine, shape_env = shape_settings(shape, spec)
+            shape_engine, shape_env = shape_settings(shape, spec, max(args.concurrency))
             spec_kwargs = engine_kwargs(spec, draft_dir, args.attention_backend)
             setup = {"spec": spec, "target": target_dir, "concurrency": args.concurrency,
                      "base_tokens": args.base_tokens, "new_tokens": args.new_tokens,

@@ -18,7 +18,10 @@
 #     bash scripts/device/hybrid.sh auto      # budget auto on the sharp fixture: a cycle through every bucket,
 #                                             # graphs / overlap on and off (three groups at once), exact vs plain
 #     bash scripts/device/hybrid.sh shape     # the Qwen3.5-9B shape (dummy weights, bench_shape.py): AR, DFLASH and
-#                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 32, paired (fa3 staged)
+#                                             # DDTREE b15 / b7 ms per round at c 1 / 8 / 16, paired (fa3 staged).
+#                                             # Four engines at once on one H200, estimated: ~21 GiB plain, ~36 each for
+#                                             # DFLASH and b15 (16 requests x 16 rows of 49 MiB per-step states),
+#                                             # ~30 GiB b7; c 32 or budget auto (64 rows a request) do not fit beside
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
 #                                             # == page size 1 on triton, flashinfer and (when staged) fa3
 #     bash scripts/device/hybrid.sh paged_pair  # the same on the trained pair, divergences only float32 near-ties
@@ -89,8 +92,8 @@ case "${1:-}" in
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
     timeout -k 10 "${SHAPE_TIMEOUT_S:-540}" python3 benchmark/bench_shape.py ${SHAPE_DRAFT_WEIGHTS:+--draft-weights "$SHAPE_DRAFT_WEIGHTS"} --shapes qwen3.5-9b \
-      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+triton,ddtree:7:8+triton,ddtree:15:8+fa3}" \
-      --baselines dflash+fa3,plain+fa3 --concurrency "${SHAPE_CONCURRENCY:-1,8,32}" --repeats "${SHAPE_REPEATS:-2}" \
+      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:7:8+fa3}" \
+      --baselines dflash+fa3,plain+fa3 --concurrency "${SHAPE_CONCURRENCY:-1,8,16}" --repeats "${SHAPE_REPEATS:-2}" \
       --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 --log-dir "$OUT/logs" --out "$OUT/shape_hybrid.json" \
       2>&1 | tail -n 60
     (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)

@@ -112,13 +112,15 @@ def test_hybrid_qwen35_shape_is_written_and_parses(tmp_path):
 
 def test_hybrid_shape_engines_are_text_only_without_the_radix_cache(tmp_path):
     """Every config of a hybrid shape runs text-only (SGLang would load a multimodal processor the dummy shape has no
-    files for) and without the radix cache; DDTREE's also with the experimental hybrid switch. Dense shapes: nothing."""
+    files for), without the radix cache and with at most the largest concurrency running (SGLang sizes the
+    recurrent-state pool from it; unset, from half the free memory: session 25's OOM); DDTREE's also with the
+    experimental hybrid switch. Dense shapes: nothing."""
     from sglang.srt.configs.model_config import ModelConfig
 
-    assert bench_shape.shape_settings("qwen3-8b", "ddtree:15:8") == ({}, {})
+    assert bench_shape.shape_settings("qwen3-8b", "ddtree:15:8", 32) == ({}, {})
     for spec, env in (("plain", {}), ("dflash+fa3", {}), ("ddtree:15:8", {"SGLANG_DDTREE_EXPERIMENTAL_HYBRID": "1"})):
-        assert bench_shape.shape_settings("qwen3.5-9b", spec) == (
-            {"enable_multimodal": False, "disable_radix_cache": True}, env)
+        assert bench_shape.shape_settings("qwen3.5-9b", spec, 16) == (
+            {"enable_multimodal": False, "disable_radix_cache": True, "max_running_requests": 16}, env)
     target_dir, _ = bench_shape.write_shape(str(tmp_path), "qwen3.5-9b")
     assert ModelConfig(target_dir, enable_multimodal=False).is_multimodal is False
 
