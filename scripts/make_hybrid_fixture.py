@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A tiny hybrid Qwen3.5 target (Gated DeltaNet + full attention) and a DFlash drafter for it, for
-the tests of DDTREE's hybrid support (refused unless SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1, experimental).
+the tests of DDTREE's hybrid support (SGLang 0.5.16; README "Hybrid Mamba/GDN targets").
 
     python scripts/make_hybrid_fixture.py OUT [--seed 0] [--plain] [--check]
 
@@ -29,7 +29,7 @@ group and SGLang's global server args): the config parses through ``ModelConfig`
 ``mambaish_config``; the registry maps the architecture to SGLang's Qwen3.5 class, which is built on the
 CPU and loads the checkpoint with every parameter written (all set to NaN first) and no checkpoint
 tensor left over, stacked params equal to their parts; the same for SGLang's ``DFlashDraftModel``; and
-both DDTREE refusals (validation and worker) fire; transformers' own Qwen3.5 loads the target with no
+both DDTREE refusals on a release other than 0.5.16 (validation and worker) fire alike; transformers' own Qwen3.5 loads the target with no
 missing or unexpected keys and decodes the same greedy tokens in float32 and bf16. Prints one JSON line;
 exit 1 if a check fails. What a CPU cannot check: SGLang's GPU kernels (GDN, attention, CUDA graphs) on it.
 """
@@ -314,7 +314,8 @@ def _load_report(model, path: str, target: bool) -> dict:
 
 
 def _ddtree_refusals(model_config) -> dict:
-    """Both places DDTREE refuses a hybrid target, fed this fixture's config: the validation check
+    """Both places DDTREE refuses a hybrid target on a release family whose hybrid backend its state commit was
+    not verified against (stood in: 0.5.18), fed this fixture's config: the validation check
     (``_check_unsupported_features``, which reads the target's model config through the release adapter's
     ``target_model_config``: ``server_args.get_model_config()`` up to 0.5.18, ``ModelConfig.from_server_args``
     from 0.5.19, neither of which a stand-in of the server args can serve, so the adapter answers with this
@@ -325,10 +326,8 @@ def _ddtree_refusals(model_config) -> dict:
     from sglang_ddtree.validation import _check_unsupported_features
     from sglang_ddtree.worker.worker import DDTreeWorker
 
-    from sglang_ddtree.hybrid_args import ENV
-
     out = {}
-    saved = os.environ.pop(ENV, None)  # the refusals without the experimental switch
+    other_release = mock.patch.object(adapter(), "family", "0.5.18")
     args = types.SimpleNamespace(speculative_draft_window_size=None, speculative_adaptive=False,
                                  disaggregation_mode="null")
     fixture_config = mock.patch.object(type(adapter()), "target_model_config",
@@ -346,12 +345,11 @@ def _ddtree_refusals(model_config) -> dict:
                         ("worker", lambda: DDTreeWorker(server_args=server_args, gpu_id=0, nccl_port=0,  # as the
                                                         target_worker=target_worker))):  # scheduler calls it
         try:
-            call()
+            with other_release:
+                call()
             out[where] = None
         except ValueError as e:
             out[where] = str(e)
-    if saved is not None:
-        os.environ[ENV] = saved
     return out
 
 

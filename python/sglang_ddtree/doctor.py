@@ -248,15 +248,22 @@ def _default_backend(cap) -> str:
 def _hybrid_note() -> str:
     """What hybrid Mamba/GDN serving needs (``hybrid_args``)."""
     from sglang_ddtree import hybrid_args
+    from sglang_ddtree.compat import adapter
     from sglang_ddtree.config import AUTO_MAX_BUDGET
 
     try:
-        on = hybrid_args.enabled()
+        beyond = hybrid_args.experimental()
     except ValueError as e:
         return f"hybrid Mamba/GDN targets: {e}"
-    if not on:
-        return f"hybrid Mamba/GDN targets: refused ({hybrid_args.ENV}=1 for the experimental tree verify)"
-    return (f"hybrid Mamba/GDN targets: EXPERIMENTAL tree verify on ({hybrid_args.ENV}=1); with the radix cache use "
+    family = adapter().family
+    if family != hybrid_args.VERIFIED_FAMILY:
+        return (f"hybrid Mamba/GDN targets: refused on SGLang {family} (the tree verify's state commit is verified "
+                f"against {hybrid_args.VERIFIED_FAMILY} only)")
+    where = (f"EXPERIMENTAL beyond --attention-backend {hybrid_args.VERIFIED_ATTENTION_BACKEND} / tp 1 "
+             f"({hybrid_args.ENV}=1)" if beyond else
+             f"--attention-backend {hybrid_args.VERIFIED_ATTENTION_BACKEND} and tp 1 (GPU-verified; "
+             f"{hybrid_args.ENV}=1 to try others)")
+    return (f"hybrid Mamba/GDN targets: tree verify on, {where}; --page-size 1; with the radix cache use "
             f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
             f"--disable-overlap-schedule; each tree row keeps a conv + SSM state (budget + 1 rows per request, "
             f"budget auto: its largest bucket's {AUTO_MAX_BUDGET + 1}), checked against the GPU at start")

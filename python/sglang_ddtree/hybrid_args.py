@@ -1,7 +1,9 @@
 """Argument-time rules for DDTREE on hybrid Mamba/GDN targets (Qwen3.5 / Qwen3.6 / Qwen3-Next).
 
-Serves validation, before any process or GPU memory exists: whether a hybrid target may run at all (the
-experimental switch ``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``; without it DDTREE refuses hybrid targets), which
+Serves validation, before any process or GPU memory exists: whether a hybrid target may run at all (SGLang 0.5.16,
+whose hybrid backend the state commit was verified against), whether the configuration is the GPU-verified one
+(the target and drafter on triton, tp 1) or the experimental switch ``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1`` lets
+it through beyond that, which
 SGLang settings a hybrid tree verify needs (a Gated DeltaNet target, the recurrent verify rather than
 ReplaySSM, the mamba radix strategies that work with speculative decoding), and whether the per-node verify
 states of the configured budget fit on the GPU: a tree verify keeps one conv + SSM state per tree row and
@@ -24,28 +26,57 @@ DEFAULT_MEM_FRACTION = 0.9  # when --mem-fraction-static is not resolved yet
 GIB, MIB = float(1 << 30), float(1 << 20)
 
 
-def enabled() -> bool:
-    """The experimental switch; a value other than 0 / 1 is an error naming the variable."""
-    return env_switch(ENV, on="DDTREE's experimental hybrid tree verify", off="hybrid targets refused",
-                      error=DDTreeArgumentError)
+# The hybrid configuration GPU-verified on the H200 (SGLang 0.5.16; README "Hybrid Mamba/GDN targets"): greedy
+# parity exact on the sharp hybrid fixture for budgets 1 / 15 / 64 and budget auto at batch 1 / 8 / 32, CUDA graphs
+# and the overlap scheduler on and off, through the radix cache (extra_buffer, no_buffer) and without it; T > 0
+# distribution; the state-fault test (sessions 11, 13, 20, 21, 22). All of it with the target (and so the
+# drafter) on triton, tp 1.
+VERIFIED_FAMILY = "0.5.16"
+VERIFIED_ATTENTION_BACKEND = "triton"
 
 
-def refusal(arch: str) -> str:
-    return (f"--speculative-algorithm DDTREE does not support hybrid linear-attention (Mamba/GDN) targets yet; "
-            f"the target architecture is {arch}. Use DFLASH for this model for now (the experimental hybrid tree "
-            f"verify, not yet tested on a GPU: {ENV}=1).")
+def experimental() -> bool:
+    """The switch for hybrid targets beyond the GPU-verified configuration; a value other than 0 / 1 is an error
+    naming the variable."""
+    return env_switch(ENV, on="DDTREE's hybrid tree verify beyond the GPU-verified configuration (experimental)",
+                      off="hybrid targets in the GPU-verified configuration only", error=DDTreeArgumentError)
 
 
-def refuse_unless_enabled(arch: str) -> None:
-    if not enabled():
-        raise DDTreeArgumentError(refusal(arch))
+def release_refusal(arch: str, family: str) -> str:
+    return (f"--speculative-algorithm DDTREE supports hybrid linear-attention (Mamba/GDN) targets on SGLang "
+            f"{VERIFIED_FAMILY} only for now (its state commit is verified against that release's hybrid backend); "
+            f"the installed family is {family} and the target architecture {arch}. Use SGLang {VERIFIED_FAMILY}, or "
+            f"DFLASH for this model.")
+
+
+def check_release(arch: str) -> None:
+    """Hybrid targets run on the release whose hybrid backend the commit was verified against, switch or not (from
+    0.5.18 the backend translates state indices); the switch's value is checked here too."""
+    experimental()
     from sglang_ddtree.compat import adapter
 
     family = adapter().family
-    if family != "0.5.16":  # its state commit was verified against 0.5.16's backend only (0.5.18 translates indices)
-        raise DDTreeArgumentError(
-            f"{ENV}=1: DDTREE's experimental hybrid tree verify is verified against SGLang 0.5.16 only; the installed "
-            f"family is {family}. Use SGLang 0.5.16 or DFLASH for this model ({arch}).")
+    if family != VERIFIED_FAMILY:
+        raise DDTreeArgumentError(release_refusal(arch, family))
+
+
+def unverified_reason(server_args) -> Optional[str]:
+    """Why this hybrid configuration is outside the GPU-verified one (``VERIFIED_ATTENTION_BACKEND``, tp 1), or
+    None when it is inside."""
+    from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
+
+    view = resolved_view(server_args)
+    prefill, decode = attention_backends_of(view)
+    for flag, backend in (("prefill", prefill), ("decode", decode)):
+        if backend != VERIFIED_ATTENTION_BACKEND:
+            return f"the {flag} attention backend is '{backend}'"
+    draft = getattr(server_args, "speculative_draft_attention_backend", None)
+    if draft not in (None, VERIFIED_ATTENTION_BACKEND):
+        return f"--speculative-draft-attention-backend is '{draft}'"
+    tp = int(getattr(server_args, "tp_size", 1) or 1)
+    if tp > 1:
+        return f"--tp-size is {tp}"
+    return None
 
 
 # ---- per-node verify state memory ------------------------------------------------------------------------
@@ -129,7 +160,7 @@ def check_intermediate_state_fits(per_node_bytes: int, budget: int, max_running_
 
 def check_server_args(server_args, config) -> None:
     """All hybrid rules for a validated DDTREE configuration (``config``: the ``DDTreeConfig``) whose target is
-    hybrid; the switch was checked before (``refuse_unless_enabled``). Raises ``DDTreeArgumentError``."""
+    hybrid; the release was checked before (``check_release``). Raises ``DDTreeArgumentError``."""
     from sglang.srt.arg_groups.overrides import mamba_extra_buffer_of, resolved_view
     from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
 
@@ -150,6 +181,13 @@ def check_server_args(server_args, config) -> None:
         raise DDTreeArgumentError(
             f"--page-size {view.page_size} is not supported with --speculative-algorithm DDTREE on hybrid targets yet "
             f"(their recurrent-state tracking is tested with --page-size 1 only); use --page-size 1.")
+    why = unverified_reason(server_args)  # None: the GPU-verified configuration
+    if why is not None and not experimental():
+        raise DDTreeArgumentError(
+            f"--speculative-algorithm DDTREE on hybrid targets is GPU-verified with --attention-backend "
+            f"{VERIFIED_ATTENTION_BACKEND} (the drafter's unset or the same) and --tp-size 1 only for now, but {why} "
+            f"(use --attention-backend {VERIFIED_ATTENTION_BACKEND}, or set {ENV}=1 to try it: not yet verified on a "
+            f"GPU).")
     n = config.num_verify_tokens  # with budget auto: of its largest bucket, which sizes every buffer
     auto = bool(getattr(config, "adaptive", False))
     if getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache:
@@ -171,10 +209,10 @@ def check_server_args(server_args, config) -> None:
     reqs = int(server_args.max_running_requests or 1)
     fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
     check_intermediate_state_fits(per_node, config.budget, reqs, _gpu_capacity_bytes(server_args), fraction, auto=auto)
-    logger.warning(
-        "DDTREE on hybrid target %s: EXPERIMENTAL (%s=1)%s. Per-node verify states: %.2f MiB per row, %.2f GiB per "
-        "request at %s, %.1f GiB for %d requests.", arch, ENV,
-        ", budget auto on a hybrid target not yet verified on a GPU" if auto else "", per_node / MIB,
+    (logger.info if why is None else logger.warning)(
+        "DDTREE on hybrid target %s: %s. Per-node verify states: %.2f MiB per row, %.2f GiB per request at %s, "
+        "%.1f GiB for %d requests.", arch,
+        "the GPU-verified configuration" if why is None else f"EXPERIMENTAL ({ENV}=1: {why})", per_node / MIB,
         per_node * n / GIB, budget_text(config.budget, auto), intermediate_state_bytes(per_node, n, reqs) / GIB, reqs,
     )
 

@@ -39,7 +39,7 @@ from sglang_ddtree.config import (
     env_switch,
 )
 from sglang_ddtree.hybrid_args import check_server_args as check_hybrid_server_args
-from sglang_ddtree.hybrid_args import refuse_unless_enabled
+from sglang_ddtree.hybrid_args import check_release as check_hybrid_release
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
         "speculative_num_draft_tokens": budget + 1})
     config = DDTreeConfig.from_server_args(server_args)
     hf_config = _target_hf_config(server_args)
-    if hf_config is not None and is_hybrid_linear_attention(hf_config):  # opted in (_check_unsupported_features)
+    if hf_config is not None and is_hybrid_linear_attention(hf_config):  # release checked (_check_unsupported_features)
         # refuses every page size > 1, with its own message; with budget auto the per-row states are sized (and
         # checked) for its largest bucket, which every narrower bucket's verify reuses (worker/hybrid.py)
         check_hybrid_server_args(server_args, config)
@@ -323,7 +323,7 @@ def _check_unsupported_features(server_args) -> None:
     _check_release_features()
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):
-        refuse_unless_enabled((getattr(hf_config, "architectures", None) or ["?"])[0])
+        check_hybrid_release((getattr(hf_config, "architectures", None) or ["?"])[0])
 
 
 def _check_release_features() -> None:

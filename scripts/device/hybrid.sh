@@ -28,8 +28,9 @@
 #                                             # (triton + flashinfer; PAGED_PAIR_BACKENDS=fa3 with fa3 staged)
 # Env (shape): SHAPE_CONFIGS, SHAPE_CONCURRENCY, SHAPE_REPEATS, SHAPE_TIMEOUT_S, SHAPE_DRAFT_WEIGHTS (normal: the drafter
 # loads a written N(0, 0.02) checkpoint, bench_shape.py --draft-weights).
-# Device tool: carry [".device"] (see ../shared/device/README.md). Every DDTREE engine runs with
-# SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 (set by the scripts and tests themselves). Each command's results.jsonl /
+# Device tool: carry [".device"] (see ../shared/device/README.md). DDTREE engines on triton at tp 1 run without
+# SGLANG_DDTREE_EXPERIMENTAL_HYBRID (the GPU-verified hybrid configuration); the scripts and tests set it themselves
+# where they go beyond (tp 2, fa3 in the shape benchmark). Each command's results.jsonl /
 # sampling.json comes back through SGLANG_DDTREE_KEEP_REPORTS (parallel.sh sets it to $OUT/<name>).
 set -u
 cd "$(dirname "$0")/../.."

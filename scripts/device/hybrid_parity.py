@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU: DDTREE on the hybrid Qwen3.5 fixture (``scripts/make_hybrid_fixture.py``) vs the same target without
-speculative decoding, greedy, token for token. EXPERIMENTAL path: DDTREE configurations run with
-``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``.
+speculative decoding, greedy, token for token. DDTREE configurations on triton at tp 1 run as users run them (the
+GPU-verified hybrid configuration, no switch); the tp 2 ones with ``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``.
 
     python3 scripts/device/hybrid_parity.py --fixture DIR --out DIR --configs plain,dd_b15,dd_b64_nograph \
         [--deadline-s 480]
@@ -100,8 +100,10 @@ def make_shared_prompts(tokenizer, n=SHARED_PROMPTS, prefix_len=SHARED_PREFIX):
             for i in range(n)]
 
 
-def _engine_env(fault, cycle=False, oracle=""):
-    env = {HYBRID_ENV: "1"}
+def _engine_env(fault, cycle=False, oracle="", experimental=False):
+    """A DDTREE engine's environment: the switch only outside the GPU-verified hybrid configuration (tp > 1 here;
+    every config runs triton), the test plugin's hooks for a fault, a bucket cycle or the replay oracle."""
+    env = {HYBRID_ENV: "1"} if experimental else {}
     if fault or cycle or oracle:
         sys.path.insert(0, os.path.join(ROOT, "test", "worker"))
         import _test_plugin_env
@@ -137,7 +139,8 @@ def run_config(name, target, draft, prompts, shared, max_new_tokens, oracle=""):
     if wants_oracle and not oracle:
         raise RuntimeError(f"{name}: the replay oracle needs the plain reference's outputs: list a plain "
                            "configuration first")
-    env = (_engine_env(fault, cycle, oracle if wants_oracle else "") if kw.get("speculative_algorithm") == "DDTREE"
+    env = (_engine_env(fault, cycle, oracle if wants_oracle else "", experimental=int(kw.get("tp_size", 1)) > 1)
+           if kw.get("speculative_algorithm") == "DDTREE"
            else {})
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -25,27 +25,29 @@ def _qwen3_next(**kw):
 
 # ---- the switch ----------------------------------------------------------------------------------------------
 
-def test_hybrid_targets_stay_refused_without_the_switch(monkeypatch):
-    monkeypatch.delenv(hybrid_args.ENV, raising=False)
-    with pytest.raises(ValueError, match=r"does not support hybrid linear-attention \(Mamba/GDN\) targets yet; the "
-                                         r"target architecture is X\. .*SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1"):
-        hybrid_args.refuse_unless_enabled("X")
-    monkeypatch.setenv(hybrid_args.ENV, "0")
-    with pytest.raises(ValueError):
-        hybrid_args.refuse_unless_enabled("X")
-    monkeypatch.setenv(hybrid_args.ENV, "1")
+def test_hybrid_targets_run_on_the_verified_release_only(monkeypatch):
+    """SGLang 0.5.16 takes hybrid targets with or without the switch; another release family refuses them with one
+    line naming the family and the architecture, switch or not; a switch value other than 0 / 1 is an error."""
     import types
 
     import sglang_ddtree.compat as compat
 
-    if compat.adapter().family == "0.5.16":
-        hybrid_args.refuse_unless_enabled("X")
-    monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.18"))
-    with pytest.raises(ValueError, match=r"verified against SGLang 0.5.16 only; the installed family is 0.5.18"):
-        hybrid_args.refuse_unless_enabled("X")
+    for value in (None, "0", "1"):
+        if value is None:
+            monkeypatch.delenv(hybrid_args.ENV, raising=False)
+        else:
+            monkeypatch.setenv(hybrid_args.ENV, value)
+        monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.16"))
+        hybrid_args.check_release("X")
+        monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.18"))
+        with pytest.raises(ValueError, match=r"^--speculative-algorithm DDTREE supports hybrid linear-attention "
+                                             r"\(Mamba/GDN\) targets on SGLang 0\.5\.16 only for now .*the installed "
+                                             r"family is 0\.5\.18 and the target architecture X\. Use SGLang 0\.5\.16, "
+                                             r"or DFLASH for this model\.$"):
+            hybrid_args.check_release("X")
     monkeypatch.setenv(hybrid_args.ENV, "yes")
     with pytest.raises(ValueError, match=r"SGLANG_DDTREE_EXPERIMENTAL_HYBRID='yes': use 1"):
-        hybrid_args.refuse_unless_enabled("X")
+        hybrid_args.check_release("X")
 
 
 # ---- memory --------------------------------------------------------------------------------------------------
@@ -110,7 +112,8 @@ def _server_args(cfg, **kw):
     base = dict(get_model_config=lambda: model_config, enable_gdn_replayssm_spec=False, enable_linear_replayssm=False,
                 uses_mamba_radix_cache=True, disable_radix_cache=False, mamba_radix_cache_strategy="extra_buffer",
                 mamba_track_interval=256, disable_overlap_schedule=False, tp_size=1, max_running_requests=8,
-                mem_fraction_static=0.9, device="cuda", page_size=1)
+                mem_fraction_static=0.9, device="cuda", page_size=1, attention_backend="triton",
+                prefill_attention_backend=None, decode_attention_backend=None, speculative_draft_attention_backend=None)
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -133,6 +136,36 @@ def test_unsupported_combinations_are_refused_in_one_line(monkeypatch, kw, match
     with pytest.raises(DDTreeArgumentError, match=match) as e:
         hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), _config(64))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(attention_backend="fa3"), "the prefill attention backend is 'fa3'"),
+    (dict(decode_attention_backend="flashinfer"), "the decode attention backend is 'flashinfer'"),
+    (dict(speculative_draft_attention_backend="fa3"), "--speculative-draft-attention-backend is 'fa3'"),
+    (dict(tp_size=2), "--tp-size is 2"),
+])
+def test_outside_the_verified_configuration_only_with_the_switch(monkeypatch, caplog, kw, why):
+    """Hybrid targets run by default where the GPU verified them (the target and drafter on triton, tp 1); elsewhere
+    a one-line refusal names what is outside and the switch, and with the switch the start-up log says
+    EXPERIMENTAL and why."""
+    import logging
+
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
+    monkeypatch.delenv(hybrid_args.ENV, raising=False)
+    with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
+        hybrid_args.check_server_args(_server_args(_qwen3_next()), _config(15))
+    assert "the GPU-verified configuration" in caplog.text and "EXPERIMENTAL" not in caplog.text
+    with pytest.raises(DDTreeArgumentError) as e:
+        hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), _config(15))
+    assert str(e.value) == (
+        f"--speculative-algorithm DDTREE on hybrid targets is GPU-verified with --attention-backend triton (the "
+        f"drafter's unset or the same) and --tp-size 1 only for now, but {why} (use --attention-backend triton, or "
+        f"set SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 to try it: not yet verified on a GPU).")
+    monkeypatch.setenv(hybrid_args.ENV, "1")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
+        hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), _config(15))
+    assert f"EXPERIMENTAL (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1: {why})" in caplog.text
 
 
 @pytest.mark.parametrize("kw", [
@@ -219,12 +252,23 @@ def test_the_commit_goes_through_the_backend_that_verified():
 
 
 def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
+    import types
+
+    import sglang_ddtree.compat as compat
     from sglang_ddtree import doctor
 
+    monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.16"))
     monkeypatch.delenv(hybrid_args.ENV, raising=False)
-    assert "refused (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 for the experimental tree verify)" in doctor._hybrid_note()
+    note = doctor._hybrid_note()
+    assert ("tree verify on, --attention-backend triton and tp 1 (GPU-verified; SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 "
+            "to try others); --page-size 1") in note
+    assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in note
+    assert "budget + 1 rows per request, budget auto: its largest bucket's 64" in note
     monkeypatch.setenv(hybrid_args.ENV, "1")
-    assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in doctor._hybrid_note()
-    assert "budget + 1 rows per request, budget auto: its largest bucket's 64" in doctor._hybrid_note()
+    assert "EXPERIMENTAL beyond --attention-backend triton / tp 1 (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1)" in \
+        doctor._hybrid_note()
+    monkeypatch.setattr(compat, "adapter", lambda: types.SimpleNamespace(family="0.5.19"))
+    assert "refused on SGLang 0.5.19 (the tree verify's state commit is verified against 0.5.16 only)" in \
+        doctor._hybrid_note()
     monkeypatch.setenv(hybrid_args.ENV, "2")
     assert "use 1" in doctor._hybrid_note()

@@ -464,7 +464,7 @@ def test_cpu_device_is_refused(sglang_with_plugin, tiny_configs, capsys):
         r"runs on CUDA GPUs only, got --device cpu")
 
 
-def test_hybrid_target_is_refused(hybrid_target, tiny_configs, monkeypatch):
+def test_hybrid_target_passes_on_0_5_16_and_is_refused_elsewhere(hybrid_target, tiny_configs, monkeypatch):
     # Upstream's own Mamba checks need a GPU before speculative validation runs, so validate the
     # loaded configs directly here; on a GPU the same check runs inside ServerArgs.__post_init__.
     import types
@@ -481,8 +481,13 @@ def test_hybrid_target_is_refused(hybrid_target, tiny_configs, monkeypatch):
     # The target's model config as the installed release's adapter reads it (0.5.16: get_model_config(),
     # 0.5.19: ModelConfig.from_server_args), stood in.
     monkeypatch.setattr(adapter(), "target_model_config", lambda server_args: types.SimpleNamespace(hf_config=hybrid))
-    with pytest.raises(ValueError, match=r"does not support hybrid linear-attention \(Mamba/GDN\) targets yet; "
-                                         r"the target architecture is Qwen3NextForCausalLM"):
+    monkeypatch.delenv("SGLANG_DDTREE_EXPERIMENTAL_HYBRID", raising=False)
+    monkeypatch.setattr(adapter(), "family", "0.5.16")
+    _check_unsupported_features(args)  # the rest of the hybrid rules: hybrid_args.check_server_args
+    monkeypatch.setattr(adapter(), "family", "0.5.18")
+    with pytest.raises(ValueError, match=r"supports hybrid linear-attention \(Mamba/GDN\) targets on SGLang 0\.5\.16 "
+                                         r"only for now .* the installed family is 0\.5\.18 and the target "
+                                         r"architecture Qwen3NextForCausalLM\."):
         _check_unsupported_features(args)
 
 

@@ -50,13 +50,11 @@ def test_sglang_loads_every_weight(checked, which, tensors, params):
     assert load["unwritten"] == [] and load["wrong"] == [] and load["unused_checkpoint_tensors"] == []
 
 
-def test_ddtree_refuses_it_in_validation_and_in_the_worker(checked):
+def test_ddtree_refuses_it_off_0_5_16_in_validation_and_in_the_worker(checked):
     refusals = checked[1]["ddtree_refusals"]
-    assert "does not support hybrid linear-attention (Mamba/GDN) targets yet; the target architecture is " \
-           "Qwen3_5ForConditionalGeneration" in refusals["validation"]
-    from sglang_ddtree.hybrid_args import refusal
+    from sglang_ddtree.hybrid_args import release_refusal
 
-    assert refusals["worker"] == refusals["validation"] == refusal("Qwen3_5ForConditionalGeneration")
+    assert refusals["worker"] == refusals["validation"] == release_refusal("Qwen3_5ForConditionalGeneration", "0.5.18")
 
 
 def test_transformers_reads_the_layout_and_greedy_follows_the_successor_map(checked):

@@ -1,4 +1,5 @@
-"""GPU: DDTREE on a hybrid GDN target (the EXPERIMENTAL path, ``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``) decodes
+"""GPU: DDTREE on a hybrid GDN target (triton, tp 1: the GPU-verified configuration, no switch; tp 2 with
+``SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1``, ``scripts/device/hybrid_parity.py``) decodes
 what the same target decodes without speculation; a wrong recurrent state is caught; T > 0 keeps the target's
 distribution. On the H200: the graphs_overlap and radix parity groups passed (session 11), nograph and nooverlap
 (session 13), T > 0 (session 20); the faults failed on a drafter that is never right (session 20: no node
@@ -166,7 +167,7 @@ def test_plain_hybrid_sampling_matches_plain_decoding(plain_fixture, tmp_path):
     import _sampling_stats as st
 
     out = tmp_path / "sampling.json"
-    env = dict(os.environ, **{HYBRID_ENV: "1"})
+    env = {k: v for k, v in os.environ.items() if k != HYBRID_ENV}  # triton, tp 1: no switch needed
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "device", "sampling_dist.py"),
                            "--target", os.path.join(plain_fixture, "target"),
                            "--draft", os.path.join(plain_fixture, "draft"), "--configs", "plain,ddtree:16:4",

@@ -135,15 +135,16 @@ def intermediate_state_report(target_model_runner) -> Optional[dict]:
 
 
 def is_hybrid_target(model_config) -> bool:
-    """Whether the target carries linear-attention state; for one, the refusal unless the experimental switch is
-    on (``hybrid_args``). The worker's check at start, before anything is allocated."""
+    """Whether the target carries linear-attention state; for one, the refusal on a release whose hybrid backend
+    the commit was not verified against (``hybrid_args.check_release``). The worker's check at start, before
+    anything is allocated."""
     from sglang.srt.configs.hybrid_arch import mambaish_config
 
     from sglang_ddtree import hybrid_args
 
     if mambaish_config(model_config) is None:
         return False
-    hybrid_args.refuse_unless_enabled((getattr(model_config.hf_config, "architectures", None) or ["?"])[0])
+    hybrid_args.check_release((getattr(model_config.hf_config, "architectures", None) or ["?"])[0])
     return True
 
 

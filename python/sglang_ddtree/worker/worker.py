@@ -59,7 +59,7 @@ class DDTreeWorker(DFlashWorkerV2):
                 f"DDTREE: speculative_num_draft_tokens {verify_width} != budget + 1 "
                 f"({config.num_verify_tokens}); the server args were changed after DDTREE validation."
             )
-        # Hybrid Mamba/GDN target: refused unless SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 (worker/hybrid.py).
+        # Hybrid Mamba/GDN target: on SGLang 0.5.16 only (worker/hybrid.py, hybrid_args.check_release).
         self._hybrid = hybrid.is_hybrid_target(target_worker.model_runner.model_config)
         self._hybrid_commit = None  # hybrid.HybridStateCommit, made at the first round
         self.config = config
