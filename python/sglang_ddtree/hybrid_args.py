@@ -60,6 +60,28 @@ def check_release(arch: str) -> None:
         raise DDTreeArgumentError(release_refusal(arch, family))
 
 
+def local_target_is_hybrid(model_path) -> bool:
+    """Whether ``model_path`` is a local checkpoint whose config.json describes a hybrid linear-attention target
+    (False for a repo id or an unreadable config: validation decides later from the config SGLang loads). Read
+    before SGLang's own argument handling, to pick the hybrid target's verified backend when none is named."""
+    import json
+    import os
+    import types
+
+    from sglang_ddtree.validation import is_hybrid_linear_attention
+
+    config_path = os.path.join(os.path.expanduser(str(model_path or "")), "config.json")
+    try:
+        with open(config_path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(config, dict):
+        return False
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return is_hybrid_linear_attention(types.SimpleNamespace(**text))
+
+
 def unverified_reason(server_args) -> Optional[str]:
     """Why this hybrid configuration is outside the GPU-verified one (``VERIFIED_ATTENTION_BACKEND``, tp 1), or
     None when it is inside."""
@@ -67,9 +89,11 @@ def unverified_reason(server_args) -> Optional[str]:
 
     view = resolved_view(server_args)
     prefill, decode = attention_backends_of(view)
+    requested = getattr(server_args, "_ddtree_requested_attention_backends", None)
+    picked = " (picked by default: no --attention-backend given)" if requested and not any(requested) else ""
     for flag, backend in (("prefill", prefill), ("decode", decode)):
         if backend != VERIFIED_ATTENTION_BACKEND:
-            return f"the {flag} attention backend is '{backend}'"
+            return f"the {flag} attention backend is '{backend}'{picked}"
     draft = getattr(server_args, "speculative_draft_attention_backend", None)
     if draft not in (None, VERIFIED_ATTENTION_BACKEND):
         return f"--speculative-draft-attention-backend is '{draft}'"

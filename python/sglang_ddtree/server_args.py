@@ -94,9 +94,14 @@ class DDTreeServerArgs(ServerArgs):
             from sglang_ddtree.validation import _cuda_capability
             from sglang_ddtree.worker import fa3_tree
 
-            capability = _cuda_capability()
-            backend, why = default_target_backend(capability, fa3_installed=fa3_library_installed,
-                                                  fa3_fused=fa3_tree.enabled)
+            from sglang_ddtree import hybrid_args
+
+            if hybrid_args.local_target_is_hybrid(self.model_path):
+                backend, why = hybrid_args.VERIFIED_ATTENTION_BACKEND, "a hybrid target: its GPU-verified tree verify"
+            else:
+                capability = _cuda_capability()
+                backend, why = default_target_backend(capability, fa3_installed=fa3_library_installed,
+                                                      fa3_fused=fa3_tree.enabled)
             self.attention_backend = backend
             logger.warning(
                 "DDTREE: no --attention-backend given; using '%s' (%s; tree verify is tested with %s).",

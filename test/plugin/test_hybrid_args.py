@@ -272,3 +272,50 @@ def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
         doctor._hybrid_note()
     monkeypatch.setenv(hybrid_args.ENV, "2")
     assert "use 1" in doctor._hybrid_note()
+
+
+def test_a_local_hybrid_target_gets_the_verified_backend_when_none_is_named(hybrid_target, tiny_configs, tmp_path,
+                                                                            monkeypatch):
+    """No --attention-backend and a local hybrid checkpoint (Qwen3-Next's flat config, Qwen3.5's nested
+    text_config): DDTREE picks triton, the hybrid target's GPU-verified backend, not the GPU's dense default;
+    a dense target or a repo id keeps the dense default, and a defaulted backend outside the verified one is
+    named as such in the refusal."""
+    import json
+    import types
+
+    from sglang_ddtree import backends
+    from sglang_ddtree import validation
+    from sglang_ddtree.server_args import DDTreeServerArgs
+
+    nested = tmp_path / "qwen35"
+    nested.mkdir()
+    (nested / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "text_config": {"layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+                        "linear_conv_kernel_dim": 4}}))
+    assert hybrid_args.local_target_is_hybrid(hybrid_target) and hybrid_args.local_target_is_hybrid(str(nested))
+    assert not hybrid_args.local_target_is_hybrid(tiny_configs["target"])
+    assert not hybrid_args.local_target_is_hybrid("Qwen/Qwen3.5-9B")  # a repo id: decided later, from its config
+
+    monkeypatch.setattr(validation, "_cuda_capability", lambda: (9, 0))  # a Hopper GPU with the FA3 library
+    monkeypatch.setattr("sglang_ddtree.server_args.fa3_library_installed", lambda: True)
+    monkeypatch.setattr(backends, "fa3_library_installed", lambda: True)
+    monkeypatch.setattr("sglang_ddtree.worker.fa3_tree.enabled", lambda: True)
+
+    def early(model_path):
+        args = types.SimpleNamespace(model_path=model_path, speculative_draft_model_path=tiny_configs["drafter"],
+                                     attention_backend=None, prefill_attention_backend=None,
+                                     decode_attention_backend=None)
+        DDTreeServerArgs._ddtree_early_checks(args)
+        return args
+
+    assert early(hybrid_target).attention_backend == "triton"
+    assert early(str(nested)).attention_backend == "triton"
+    assert early(tiny_configs["target"]).attention_backend == "fa3"
+    defaulted = _server_args(_qwen3_next(), attention_backend="fa3",
+                             _ddtree_requested_attention_backends=(None, None, None))
+    assert hybrid_args.unverified_reason(defaulted) == \
+        "the prefill attention backend is 'fa3' (picked by default: no --attention-backend given)"
+    assert hybrid_args.unverified_reason(_server_args(_qwen3_next(), attention_backend="fa3",
+                                                      _ddtree_requested_attention_backends=("fa3", None, None))) \
+        == "the prefill attention backend is 'fa3'"
