@@ -263,7 +263,8 @@ def _hybrid_note() -> str:
              f"({hybrid_args.ENV}=1)" if beyond else
              f"--attention-backend {hybrid_args.VERIFIED_ATTENTION_BACKEND} and tp 1 (GPU-verified; "
              f"{hybrid_args.ENV}=1 to try others)")
-    return (f"hybrid Mamba/GDN targets: tree verify on, {where}; --page-size 1; with the radix cache use "
+    return (f"hybrid Mamba/GDN targets: tree verify on, {where}; --page-size 1 (> 1 only with "
+            f"SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a GPU); with the radix cache use "
             f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
             f"--disable-overlap-schedule; each tree row keeps a conv + SSM state (budget + 1 rows per request, "
             f"budget auto: its largest bucket's {AUTO_MAX_BUDGET + 1}), checked against the GPU at start")

@@ -201,10 +201,14 @@ def check_server_args(server_args, config) -> None:
                 f"--{flag.replace('_', '-')} cannot be used with --speculative-algorithm DDTREE: ReplaySSM keeps "
                 f"a linear chain of states, a tree verify needs one state per tree row.")
     view = resolved_view(server_args)
-    if view.page_size is not None and view.page_size > 1:
+    from sglang_ddtree.validation import PAGED_ENV, paged_kv_enabled
+
+    paged = view.page_size is not None and view.page_size > 1
+    if paged and not paged_kv_enabled():
         raise DDTreeArgumentError(
-            f"--page-size {view.page_size} is not supported with --speculative-algorithm DDTREE on hybrid targets yet "
-            f"(their recurrent-state tracking is tested with --page-size 1 only); use --page-size 1.")
+            f"--page-size {view.page_size} with --speculative-algorithm DDTREE on a hybrid target is not yet verified "
+            f"on a GPU (its recurrent-state tracking has run at --page-size 1 only; use --page-size 1, or set "
+            f"{PAGED_ENV}=1 to try it).")
     why = unverified_reason(server_args)  # None: the GPU-verified configuration
     if why is not None and not experimental():
         raise DDTreeArgumentError(
@@ -233,10 +237,13 @@ def check_server_args(server_args, config) -> None:
     reqs = int(server_args.max_running_requests or 1)
     fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
     check_intermediate_state_fits(per_node, config.budget, reqs, _gpu_capacity_bytes(server_args), fraction, auto=auto)
-    (logger.info if why is None else logger.warning)(
+    beyond = [f"{ENV}=1: {why}"] if why is not None else []
+    if paged:
+        beyond.append(f"{PAGED_ENV}=1: --page-size {view.page_size}")
+    (logger.warning if beyond else logger.info)(
         "DDTREE on hybrid target %s: %s. Per-node verify states: %.2f MiB per row, %.2f GiB per request at %s, "
         "%.1f GiB for %d requests.", arch,
-        "the GPU-verified configuration" if why is None else f"EXPERIMENTAL ({ENV}=1: {why})", per_node / MIB,
+        f"EXPERIMENTAL ({'; '.join(beyond)})" if beyond else "the GPU-verified configuration", per_node / MIB,
         per_node * n / GIB, budget_text(config.budget, auto), intermediate_state_bytes(per_node, n, reqs) / GIB, reqs,
     )
 

@@ -22,6 +22,7 @@
 #                                             # Four engines at once on one H200, estimated: ~21 GiB plain, ~36 each for
 #                                             # DFLASH and b15 (16 requests x 16 rows of 49 MiB per-step states),
 #                                             # ~30 GiB b7; c 32 or budget auto (64 rows a request) do not fit beside
+#     bash scripts/device/hybrid.sh paged_hybrid  # issue 15 item 3 on the hybrid fixture: page 16 / 64 == page 1
 #     bash scripts/device/hybrid.sh paged     # issue 15 item 3 (dense targets): --page-size 16 / 64 greedy output
 #                                             # == page size 1 on triton, flashinfer and (when staged) fa3
 #     bash scripts/device/hybrid.sh paged_pair  # the same on the trained pair, divergences only float32 near-ties
@@ -99,6 +100,13 @@ case "${1:-}" in
       2>&1 | tail -n 60
     (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)
     ;;
+  paged_hybrid)
+    # issue 15 item 3 on the hybrid fixture: --page-size 16 / 64 greedy output == page 1 (sharp: exact), DDTREE
+    # with graphs / overlap on and off and through the radix cache (two groups at once, ~5 minutes)
+    exec bash $PAR \
+      "hybrid_paged=$PYT 'test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[paged]'" \
+      "hybrid_paged_modes=$PYT 'test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[paged_modes]'"
+    ;;
   paged)
     exec bash $PAR \
       "paged_triton=$PYT test/worker/test_worker_gpu.py -k 'paged and triton'" \
@@ -115,7 +123,7 @@ case "${1:-}" in
     exec bash $PAR "$@"
     ;;
   *)
-    echo "usage: $0 kernels|parity|faults|sampling|rest|left|auto|shape|paged|paged_pair" >&2
+    echo "usage: $0 kernels|parity|faults|sampling|rest|left|auto|shape|paged|paged_pair|paged_hybrid" >&2
     exit 2
     ;;
 esac

@@ -36,6 +36,7 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HYBRID_ENV = "SGLANG_DDTREE_EXPERIMENTAL_HYBRID"
+PAGED_ENV = "SGLANG_DDTREE_EXPERIMENTAL_PAGED"
 
 COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, max_total_tokens=65536,
               max_running_requests=32, sampling_backend="pytorch", cuda_graph_max_bs_decode=32,
@@ -59,6 +60,16 @@ CONFIGS = {
     "dd_b64_noradix": ddtree(64, 8, disable_radix_cache=True),
     "dd_b64_extra_buffer": ddtree(64, 8, mamba_radix_cache_strategy="extra_buffer", mamba_track_interval=128),
     "dd_b1": ddtree(1, 1),  # topk 1: the backend's chain path
+    # --page-size 16 / 64 (issue 15 item 3; DDTREE with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 until this has run):
+    # compared with the page-1 reference like every config; with the radix cache, extra_buffer's track interval
+    # must be a multiple of the page size (SGLang's check)
+    "plain_p16": dict(disable_radix_cache=True, page_size=16),
+    "dd_b15_p16": ddtree(15, 4, page_size=16),
+    "dd_b64_p64": ddtree(64, 8, page_size=64),
+    "dd_b64_p16_nograph": ddtree(64, 8, page_size=16, disable_cuda_graph=True),
+    "dd_b15_p64_nooverlap": ddtree(15, 4, page_size=64, disable_overlap_schedule=True),
+    "dd_b64_p16_extra_buffer": ddtree(64, 8, page_size=16, mamba_radix_cache_strategy="extra_buffer",
+                                      mamba_track_interval=128),
     # tensor parallelism (2 GPUs): GDN heads split over the ranks, the one KV head replicated
     "plain_tp2": dict(disable_radix_cache=True, tp_size=2),
     "dd_b15_tp2": ddtree(15, 4, tp_size=2),
@@ -100,10 +111,13 @@ def make_shared_prompts(tokenizer, n=SHARED_PROMPTS, prefix_len=SHARED_PREFIX):
             for i in range(n)]
 
 
-def _engine_env(fault, cycle=False, oracle="", experimental=False):
-    """A DDTREE engine's environment: the switch only outside the GPU-verified hybrid configuration (tp > 1 here;
-    every config runs triton), the test plugin's hooks for a fault, a bucket cycle or the replay oracle."""
+def _engine_env(fault, cycle=False, oracle="", experimental=False, paged=False):
+    """A DDTREE engine's environment: the hybrid switch only outside the GPU-verified hybrid configuration (tp > 1
+    here; every config runs triton), the paged switch for a page size > 1, the test plugin's hooks for a fault, a
+    bucket cycle or the replay oracle."""
     env = {HYBRID_ENV: "1"} if experimental else {}
+    if paged:
+        env[PAGED_ENV] = "1"
     if fault or cycle or oracle:
         sys.path.insert(0, os.path.join(ROOT, "test", "worker"))
         import _test_plugin_env
@@ -131,17 +145,24 @@ def target_vocab_size(target):
     return int(cfg.get("text_config", cfg)["vocab_size"])
 
 
-def run_config(name, target, draft, prompts, shared, max_new_tokens, oracle=""):
-    import sglang
-
+def config_engine(name, oracle=""):
+    """(sglang.Engine kwargs, environment) of configuration ``name``; the environment only for DDTREE."""
     kw = dict(CONFIGS[name])
     fault, cycle, wants_oracle = kw.pop("_fault", None), kw.pop("_cycle", False), kw.pop("_oracle", False)
     if wants_oracle and not oracle:
         raise RuntimeError(f"{name}: the replay oracle needs the plain reference's outputs: list a plain "
                            "configuration first")
-    env = (_engine_env(fault, cycle, oracle if wants_oracle else "", experimental=int(kw.get("tp_size", 1)) > 1)
+    env = (_engine_env(fault, cycle, oracle if wants_oracle else "", experimental=int(kw.get("tp_size", 1)) > 1,
+                       paged=int(kw.get("page_size", 1)) > 1)
            if kw.get("speculative_algorithm") == "DDTREE"
            else {})
+    return kw, env
+
+
+def run_config(name, target, draft, prompts, shared, max_new_tokens, oracle=""):
+    import sglang
+
+    kw, env = config_engine(name, oracle)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     if kw.get("speculative_algorithm") in ("DDTREE", "DFLASH"):

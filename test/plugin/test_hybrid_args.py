@@ -129,10 +129,13 @@ def _config(budget, adaptive=False):
     (dict(mamba_radix_cache_strategy="no_buffer"), r"no_buffer needs --disable-overlap-schedule"),
     (dict(enable_gdn_replayssm_spec=True), r"--enable-gdn-replayssm-spec cannot be used with"),
     (dict(enable_linear_replayssm=True), r"--enable-linear-replayssm cannot be used with"),
-    (dict(page_size=16), r"--page-size 16 is not supported with --speculative-algorithm DDTREE on hybrid targets yet"),
+    (dict(page_size=16), r"^--page-size 16 with --speculative-algorithm DDTREE on a hybrid target is not yet verified on "
+                         r"a GPU \(its recurrent-state tracking has run at --page-size 1 only; use --page-size 1, or "
+                         r"set SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it\)\.$"),
 ])
 def test_unsupported_combinations_are_refused_in_one_line(monkeypatch, kw, match):
     monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
+    monkeypatch.delenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", raising=False)
     with pytest.raises(DDTreeArgumentError, match=match) as e:
         hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), _config(64))
     assert "\n" not in str(e.value)
@@ -261,7 +264,8 @@ def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
     monkeypatch.delenv(hybrid_args.ENV, raising=False)
     note = doctor._hybrid_note()
     assert ("tree verify on, --attention-backend triton and tp 1 (GPU-verified; SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 "
-            "to try others); --page-size 1") in note
+            "to try others); --page-size 1 (> 1 only with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a "
+            "GPU)") in note
     assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in note
     assert "budget + 1 rows per request, budget auto: its largest bucket's 64" in note
     monkeypatch.setenv(hybrid_args.ENV, "1")
@@ -319,3 +323,27 @@ def test_a_local_hybrid_target_gets_the_verified_backend_when_none_is_named(hybr
     assert hybrid_args.unverified_reason(_server_args(_qwen3_next(), attention_backend="fa3",
                                                       _ddtree_requested_attention_backends=("fa3", None, None))) \
         == "the prefill attention backend is 'fa3'"
+
+
+def test_page_sizes_above_1_on_a_hybrid_target_only_with_the_paged_switch(monkeypatch, caplog):
+    """--page-size 16 / 64 on a hybrid target: refused without SGLANG_DDTREE_EXPERIMENTAL_PAGED (one line, above);
+    with it taken, the hybrid switch not needed on triton at tp 1, and the start-up log says EXPERIMENTAL and why;
+    beyond triton both switches are named."""
+    import logging
+
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
+    monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", "1")
+    monkeypatch.delenv(hybrid_args.ENV, raising=False)
+    for page in (16, 64):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
+            hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=page), _config(15))
+        assert f"EXPERIMENTAL (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size {page})" in caplog.text
+    with pytest.raises(DDTreeArgumentError, match=r"but the prefill attention backend is 'fa3'"):
+        hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=16, attention_backend="fa3"), _config(15))
+    monkeypatch.setenv(hybrid_args.ENV, "1")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
+        hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=16, attention_backend="fa3"), _config(15))
+    assert ("EXPERIMENTAL (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1: the prefill attention backend is 'fa3'; "
+            "SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size 16)") in caplog.text

@@ -73,3 +73,19 @@ def test_every_configuration_the_gpu_tests_name_exists(hp):
     names = {n for group in gpu.GROUPS.values() for n in group} | set(gpu.FAULTS)
     assert names <= set(hp.CONFIGS), names - set(hp.CONFIGS)
     assert gpu.FAULTS[0].startswith("plain") and all(n.startswith("dd_b64_oracle") for n in gpu.FAULTS[1:])
+
+
+def test_only_configurations_beyond_the_verified_one_get_a_switch(hp, tmp_path):
+    """DDTREE engines on triton at tp 1, page 1 run as users run them (no switch); tp 2 gets the hybrid switch,
+    a page size > 1 the paged one; plain and DFLASH engines get no environment."""
+    for name, cfg in hp.CONFIGS.items():
+        spec = tmp_path / "oracle.json"
+        spec.write_text("{}")
+        kw, env = hp.config_engine(name, oracle=str(spec) if cfg.get("_oracle") else "")
+        assert "_fault" not in kw and "_cycle" not in kw and "_oracle" not in kw
+        if cfg.get("speculative_algorithm") != "DDTREE":
+            assert env == {}, name
+            continue
+        assert (env.get(hp.HYBRID_ENV) == "1") == (cfg.get("tp_size", 1) > 1), name
+        assert (env.get(hp.PAGED_ENV) == "1") == (cfg.get("page_size", 1) > 1), name
+    assert {n for n, c in hp.CONFIGS.items() if c.get("page_size", 1) > 1} >= {"plain_p16", "dd_b15_p16", "dd_b64_p64"}
