@@ -188,6 +188,8 @@ def check_server_args(server_args, config) -> None:
     from sglang.srt.arg_groups.overrides import mamba_extra_buffer_of, resolved_view
     from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
 
+    from sglang_ddtree.validation import PAGED_ENV, paged_kv_enabled
+
     model_config = server_args.get_model_config()
     arch = (getattr(model_config.hf_config, "architectures", None) or ["?"])[0]
     text = hybrid_gdn_config(model_config)
@@ -201,8 +203,6 @@ def check_server_args(server_args, config) -> None:
                 f"--{flag.replace('_', '-')} cannot be used with --speculative-algorithm DDTREE: ReplaySSM keeps "
                 f"a linear chain of states, a tree verify needs one state per tree row.")
     view = resolved_view(server_args)
-    from sglang_ddtree.validation import PAGED_ENV, paged_kv_enabled
-
     paged = view.page_size is not None and view.page_size > 1
     if paged and not paged_kv_enabled():
         raise DDTreeArgumentError(

@@ -117,8 +117,9 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     config = DDTreeConfig.from_server_args(server_args)
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):  # release checked (_check_unsupported_features)
-        # refuses every page size > 1, with its own message; with budget auto the per-row states are sized (and
-        # checked) for its largest bucket, which every narrower bucket's verify reuses (worker/hybrid.py)
+        # its own page-size rule (behind PAGED_ENV) and verified-configuration rule; with budget auto the per-row
+        # states are sized (and checked) for its largest bucket, which every narrower bucket's verify reuses
+        # (worker/hybrid.py)
         check_hybrid_server_args(server_args, config)
     else:
         _check_page_size(server_args, adaptive=config.adaptive)
@@ -179,8 +180,8 @@ def _check_platform_and_parallelism(server_args) -> None:
 
 
 PAGED_ENV = "SGLANG_DDTREE_EXPERIMENTAL_PAGED"
-# --page-size > 1 as verified on a GPU (H200, SGLang 0.5.16), dense targets (hybrid ones refuse pages in
-# ``hybrid_args``), a fixed budget, one backend for the target's prefill and decode and the drafter (the drafter's
+# --page-size > 1 as verified on a GPU (H200, SGLang 0.5.16), dense targets (hybrid ones take pages only behind
+# PAGED_ENV, ``hybrid_args``), a fixed budget, one backend for the target's prefill and decode and the drafter (the drafter's
 # unset or the same):
 # - fa3 with DDTREE's fused tree attention: ``test_worker_gpu.py::test_paged_kv_is_token_identical_to_page_size_1``,
 #   page 16 / 64, budgets 15 / 64, graphs and overlap on and off, token-identical to the page-1 plain engine
