@@ -6,7 +6,11 @@ neighbour, clocks, the Python heap) lands in the comparison; at batch 1 on a sma
 CPU-bound and such drift is as large as the differences we look for. Here one ``sglang.Engine`` per
 configuration runs in its own child process (``--serve``), all on the same GPU, and the parent times
 them in turn: repetition r runs every configuration on the same prompts, in an order rotated by r, for
-each batch size. Reported per configuration and batch size: tokens/s of every repetition, the median,
+each batch size. Before them, ``--warmup-repeats`` untimed repetitions (default 1) run every configuration at
+every batch size on the same prompts: the first decode at a batch size pays one-time costs (Triton kernels
+specialised on a new batch size or length: session 25's first repetition ran DDTREE and DFLASH at about half
+the second's speed at bs 16 / 48 on the tiny pair, plain decoding not). Reported per configuration and batch
+size: tokens/s of every timed repetition, the median,
 the paired ratio against each baseline (per-repetition ratios: median, min, max), mean accept length
 and token equality with ``plain``.
 
@@ -38,8 +42,15 @@ class _FakeEngine:
 
     def __init__(self, spec):
         self.accept = None if spec.startswith("plain") else 2.0
+        # BENCH_PAIRED_FAKE_FIRST_CALL_S: the first generate at each batch size takes this much longer (a
+        # one-time compile), which the untimed warm-up must absorb
+        self.first_call_s = float(os.environ.get("BENCH_PAIRED_FAKE_FIRST_CALL_S", "0"))
+        self.seen_bs = set()
 
     def generate(self, input_ids, sampling_params):
+        if len(input_ids) not in self.seen_bs:
+            self.seen_bs.add(len(input_ids))
+            time.sleep(self.first_call_s)
         time.sleep(0.001 * len(input_ids))
         return [{"output_ids": list(ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
                  "meta_info": {"spec_accept_length": self.accept}} for ids in input_ids]
@@ -128,6 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--baselines", default="dflash,plain", help="paired ratios against these configs")
     ap.add_argument("--bs", default="1,16", help="comma-separated batch sizes")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup-repeats", type=int, default=1,
+                    help="untimed repetitions (every config at every batch size) before the timed ones")
     ap.add_argument("--num-prompts", type=int, default=16, help="prompts per batch size and repetition")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--attention-backend", default="triton")
@@ -156,6 +169,8 @@ def main(argv=None) -> int:
     if why:
         print(f"bench_paired: error: {why}", file=sys.stderr)
         return 1
+    if args.warmup_repeats < 0:
+        ap.error(f"--warmup-repeats {args.warmup_repeats}: must be >= 0")
     bs_list = [int(b) for b in args.bs.split(",")]
     from transformers import AutoTokenizer
 
@@ -167,7 +182,8 @@ def main(argv=None) -> int:
               "settings": {**COMMON, "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
                            "attention_backend": args.attention_backend,
                            "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
-                           "repeats": args.repeats, "target": args.target, "draft": args.draft,
+                           "repeats": args.repeats, "warmup_repeats": args.warmup_repeats,
+                           "target": args.target, "draft": args.draft,
                            "method": "one engine process per config, all alive; each repetition runs every config "
                                      "on the same prompts in a rotated order"},
               "results": {}}
@@ -182,6 +198,14 @@ def main(argv=None) -> int:
             c.read(timeout_s=400)
             print(f"[bench_paired] {c.spec} ready ({time.time() - t0:.0f} s)", flush=True)
         report["engines_ready_s"] = round(time.time() - t0, 1)
+        for _ in range(args.warmup_repeats):  # untimed: the one-time costs of each batch size (module docstring)
+            for bs in bs_list:
+                for c in children:
+                    c.ask({"bs": bs, "prompts": prompts})
+        if args.warmup_repeats:
+            report["warmup_s"] = round(time.time() - t0 - report["engines_ready_s"], 1)
+            print(f"[bench_paired] warm-up ({args.warmup_repeats} untimed repetition(s)) done "
+                  f"({time.time() - t0:.0f} s)", flush=True)
         for rep in range(args.repeats):
             if args.deadline_s and rep and time.time() - t0 > args.deadline_s:
                 print(f"[bench_paired] --deadline-s {args.deadline_s} passed: stopping after {rep} repetitions",

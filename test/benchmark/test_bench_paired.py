@@ -42,6 +42,30 @@ def test_paired_run_with_fake_engines(tmp_path):
     assert "ddtree:8:2 bs   1: median" in proc.stdout
 
 
+@pytest.mark.parametrize("warmup", [0, 1])
+def test_the_untimed_warm_up_absorbs_each_batch_sizes_first_decode(tmp_path, warmup):
+    """A fake engine whose first generate at each batch size takes 0.3 s longer (a one-time compile): with one
+    untimed warm-up repetition every timed repetition runs at the same speed; without, the first one is the slow
+    one (what session 25's paired tiny-pair run showed at bs 16 / 48)."""
+    pair = _pair()
+    out = tmp_path / "paired.json"
+    env = dict(os.environ, BENCH_PAIRED_FAKE_ENGINE="1", BENCH_PAIRED_FAKE_FIRST_CALL_S="0.3")
+    proc = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft,
+                           "--configs", "plain,dflash", "--bs", "1,4", "--repeats", "2", "--warmup-repeats",
+                           str(warmup), "--num-prompts", "4", "--max-new-tokens", "5", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["settings"]["warmup_repeats"] == warmup and ("warmup_s" in rep) == bool(warmup)
+    for spec, by_bs in rep["results"].items():
+        for bs, m in by_bs.items():
+            first, second = m["tokens_per_s"]
+            if warmup:
+                assert first > second / 5, (spec, bs, m["tokens_per_s"])
+            else:
+                assert first < second / 5, (spec, bs, m["tokens_per_s"])
+
+
 def test_bad_config_fails_before_any_engine(tmp_path):
     pair = _pair()
     proc = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft,
