@@ -50,7 +50,7 @@ case "${1:-}" in
       NAME=paired_gc.json
     else
       CONFIGS=${PAIRED_CONFIGS:-plain+fa3,dflash+fa3,dflash+triton,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:63:8+fa3+gcfreeze,ddtree:auto:8+fa3,ddtree:auto:8+fa3+gcfreeze}
-      BASES=dflash+fa3,plain+fa3 BS=${PAIRED_BS:-1,4,16,48,64} REPS=${PAIRED_REPEATS:-2} PROMPTS=64 TIMEOUT=${PAIRED_TIMEOUT_S:-540}
+      BASES=dflash+fa3,plain+fa3 BS=${PAIRED_BS:-1,4,16,48,64} REPS=${PAIRED_REPEATS:-2} PROMPTS=64 TIMEOUT=${PAIRED_TIMEOUT_S:-570}
       NAME=paired_auto.json
     fi
     # shellcheck disable=SC2086

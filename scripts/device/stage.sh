@@ -10,6 +10,8 @@
 #                                                    # plus everything carried stays within 64 MiB (part_02, 39 MB,
 #                                                    # and the cache, ~4.5 MB, fit together: one call fewer)
 # Make the calls back to back: the machine is given back after 30 s idle and what was staged is lost.
+# A call refused as larger than 64 MiB: the checkout grew; `bash scripts/device/fit_fa3_parts.sh` re-splits the parts
+# to fit beside it (here, before the calls).
 set -eu
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: bash scripts/device/stage.sh FILE... (.fa3/part_NN, .jit/jitcache.tar.xz)" >&2; exit 2; }

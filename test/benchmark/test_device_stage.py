@@ -70,3 +70,37 @@ def test_several_files_in_one_call_and_nothing_staged_when_one_is_bad(tmp_path):
     assert (tmp_path / "root" / "fa3p" / "part_02").read_bytes() == b"z" * 10
     assert (tmp_path / "root" / "jitcache" / "k.bin").read_text() == "kernel"
     assert (tmp_path / "root" / "jitcache" / ".restored").exists()
+
+
+def test_fa3_parts_are_re_split_to_fit_a_call_beside_the_checkout(tmp_path):
+    """fit_fa3_parts.sh: the parts come back in as many pieces as the room beside the checkout needs (the limit
+    minus tracked and untracked-not-ignored files minus the margin), the same bytes in the same order, part_00
+    first; with no room it refuses in one line."""
+    import random
+
+    repo = tmp_path / "repo"
+    (repo / "scripts" / "device").mkdir(parents=True)
+    script = repo / "scripts" / "device" / "fit_fa3_parts.sh"
+    script.write_text(open(os.path.join(ROOT, "scripts", "device", "fit_fa3_parts.sh")).read())
+    (repo / ".gitignore").write_text(".fa3/\n")
+    (repo / "tracked.bin").write_bytes(b"t" * 1000)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "tracked.bin", ".gitignore"], cwd=repo, check=True)
+    (repo / ".fa3").mkdir()
+    data = random.Random(0).randbytes(5000)
+    (repo / ".fa3" / "part_00").write_bytes(data[:3000])
+    (repo / ".fa3" / "part_01").write_bytes(data[3000:])
+    checkout = sum(os.path.getsize(repo / f) for f in ("tracked.bin", ".gitignore")) + os.path.getsize(script)
+    env = dict(os.environ, DDTREE_CARRY_LIMIT_BYTES=str(checkout + 100 + 2100), DDTREE_CARRY_MARGIN_BYTES="100")
+    p = subprocess.run(["bash", "scripts/device/fit_fa3_parts.sh"], cwd=repo, capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    parts = sorted((repo / ".fa3").glob("part_*"))
+    assert [q.name for q in parts] == ["part_00", "part_01", "part_02"]
+    assert b"".join(q.read_bytes() for q in parts) == data
+    assert all(q.stat().st_size <= 2100 for q in parts)
+    env["DDTREE_CARRY_LIMIT_BYTES"] = str(checkout)
+    p = subprocess.run(["bash", "scripts/device/fit_fa3_parts.sh"], cwd=repo, capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert p.returncode == 2 and "leaves no room" in p.stderr
+    assert b"".join(q.read_bytes() for q in sorted((repo / ".fa3").glob("part_*"))) == data  # untouched
