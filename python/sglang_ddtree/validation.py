@@ -89,10 +89,10 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
                 f"from the server args; from 0.5.17 backends read the process-wide get_spec()), installed family "
                 f"{family}; use a fixed budget."
             )
-    if requested == AUTO and server_args.tp_size > 1:
+    if requested == AUTO and server_args.tp_size > 1 and not auto_tp_enabled():
         raise DDTreeArgumentError(
-            f"{BUDGET_FLAG} {AUTO} is not supported with --tp-size > 1 yet (every rank would time its own rounds "
-            f"and could pick a different width), got --tp-size {server_args.tp_size}; use a fixed budget."
+            f"{BUDGET_FLAG} {AUTO} with --tp-size {server_args.tp_size} is not yet verified on GPUs (the ranks agree "
+            f"on every round's width, CPU-tested only); use a fixed budget, or set {AUTO_TP_ENV}=1 to try it."
         )
     _check_target_attention_backends(server_args)
     _check_unsupported_features(server_args)
@@ -177,6 +177,17 @@ def _check_platform_and_parallelism(server_args) -> None:
     dp_flag = adapter().attention_dp_flag(view)  # --attn-dp-size N from 0.5.22
     if dp_flag is not None:
         raise DDTreeArgumentError(f"--speculative-algorithm DDTREE does not support {dp_flag} yet.")
+
+
+AUTO_TP_ENV = "SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP"
+
+
+def auto_tp_enabled() -> bool:
+    """``SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP=1``: budget auto under tensor parallelism, where every rank must choose
+    the same width every round (``widths.AutoWidth``'s ``agree``: the ranks read rounds at a fixed lag and agree on
+    their mean costs); experimental until ``bash scripts/device/tp2.sh`` has run it on two GPUs."""
+    return env_switch(AUTO_TP_ENV, on="budget auto with --tp-size > 1 (experimental)",
+                      off="budget auto at --tp-size 1 only", error=DDTreeArgumentError)
 
 
 PAGED_ENV = "SGLANG_DDTREE_EXPERIMENTAL_PAGED"

@@ -32,7 +32,7 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKENDS  # noqa: E402
+from sglang_ddtree.validation import AUTO_TP_ENV, PAGED_ENV, PAGED_VERIFIED_BACKENDS  # noqa: E402
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
 from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E402
@@ -40,6 +40,7 @@ from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E40
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
 FI_PLAN, FI_UPSTREAM = {FI_PLAN_ENV: "1"}, {FI_PLAN_ENV: "0"}
 PAGED = {PAGED_ENV: "1"}
+AUTO_TP = {AUTO_TP_ENV: "1"}  # budget auto at tp > 1 (experimental until tp2.sh has run it)
 
 
 def _paged_env(backend):
@@ -122,6 +123,11 @@ CONFIGS = {
     "dd_triton_b64_tp2": ddtree(64, 8, tp_size=2),
     "dd_triton_b15_tp2_nooverlap": ddtree(15, 4, tp_size=2, disable_overlap_schedule=True),
     "dd_triton_b64_tp2_nooverlap": ddtree(64, 8, tp_size=2, disable_overlap_schedule=True),
+    # budget auto at tp 2: the policy's own widths (every rank must pick the same one every round, or their graphs'
+    # collectives pair up wrongly), and the fixed cycle through every bucket
+    "dd_triton_auto_tp2": ddtree("auto", 8, tp_size=2, _env=AUTO_TP),
+    "dd_triton_auto_tp2_nooverlap": ddtree("auto", 8, tp_size=2, disable_overlap_schedule=True, _env=AUTO_TP),
+    "dd_triton_auto_cycle_tp2": ddtree("auto", 8, tp_size=2, _env=AUTO_TP, _test_hooks=dict(cycle_budgets=True)),
 }
 # No float32 variants: float32 engines do not start in SGLang 0.5.16 (sgl_kernel's rmsnorm has no float32
 # kernel; test/worker/GPU_RESULTS.md). Exactness comes from the sharp models instead.

@@ -213,10 +213,21 @@ def test_budget_auto_sizes_every_shape_by_the_largest_bucket(parse, engine_args,
 
 
 @needs_auto_release
-def test_budget_auto_refuses_tensor_parallelism(engine_args, tiny_configs):
-    with pytest.raises(ValueError, match=r"--speculative-ddtree-budget auto is not supported with --tp-size > 1 yet"):
-        engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
-                    speculative_ddtree_budget="auto", tp_size=2)
+def test_budget_auto_with_tensor_parallelism_only_behind_its_switch(engine_args, tiny_configs, monkeypatch):
+    """The ranks' agreement on each round's width is CPU-tested only (test_auto_width.py), so --tp-size > 1 with
+    budget auto is a one-line refusal naming the switch unless SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP=1."""
+    kw = dict(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+              speculative_ddtree_budget="auto", tp_size=2)
+    monkeypatch.delenv("SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP", raising=False)
+    with pytest.raises(ValueError, match=r"^--speculative-ddtree-budget auto with --tp-size 2 is not yet verified on "
+                                         r"GPUs \(the ranks agree on every round's width, CPU-tested only\); use a "
+                                         r"fixed budget, or set SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP=1 to try it\.$"):
+        engine_args(**kw)
+    monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP", "1")
+    assert resolved(engine_args(**kw)).tp_size == 2
+    monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP", "on")
+    with pytest.raises(ValueError, match=r"SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP='on': use 1"):
+        engine_args(**kw)
 
 
 def test_engine_kwargs_are_accepted(engine_args, tiny_configs):

@@ -118,3 +118,103 @@ def test_nothing_is_read_before_its_events_complete(auto):
     _Clock.done_until = 0.5  # the device is still inside the first round
     auto.choose(1)
     assert auto.costs.observations(1, 15) == 0 and metrics.AUTO_STATS.request_rounds == 0
+
+
+# ---- tensor parallelism: every rank must choose the same width every round ------------------------------------
+def _tp_run(monkeypatch, agree: bool, rounds: int = 240):
+    """Two ranks in two threads, each with its own fake device clock and its own noise on the same true costs
+    (a near tie between budgets 7 and 15 at bs 8), the same schedule (batch sizes, an interrupting prefill every
+    37 rounds); ``agree``: their AutoWidths agree through an in-process mean (a barrier stands for the collective).
+    Returns each rank's choices and final cost table."""
+    import random
+    import threading
+
+    local = threading.local()
+
+    class Clock:
+        def __init__(self):
+            self.now = 0.0
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.clock, self.t = local.clock, None
+
+        def record(self, stream=None):
+            self.t = self.clock.now
+
+        def query(self):  # the device of each rank runs 0-2 rounds behind its host, by its own noise
+            return self.t is not None and self.t <= self.clock.now - local.lag
+
+        def synchronize(self):
+            assert self.t is not None, "waited on an event never recorded"
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    monkeypatch.setattr(widths.torch.cuda, "Event", Event)
+    monkeypatch.setattr(widths, "_pinned", lambda n: torch.zeros(n, dtype=torch.float32))
+    monkeypatch.setattr(widths, "replay_ms", lambda graph: graph())
+    monkeypatch.setenv(widths.ACCEPT_TABLE_ENV, '{"16": 8.61, "32": 9.2, "64": 9.75}')
+    true_ms = {0: 5.0, 1: 6.0, 3: 6.5, 7: 7.4, 15: 10.5, 31: 16.0, 63: 30.0, 64: 31.0}
+    barrier, box = threading.Barrier(2), {}
+
+    def mean(rank, values):
+        box[rank] = list(values)
+        barrier.wait()
+        out = [(a + b) / 2 for a, b in zip(box[0], box[1])]
+        assert len(box[0]) == len(box[1]), "the ranks disagree on what to share"
+        barrier.wait()
+        return out
+
+    results = [None, None]
+
+    def rank(r):
+        local.clock, local.lag = Clock(), 0.0
+        rng = random.Random(100 + r)
+        auto = widths.AutoWidth(DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), [1, 8, 16],
+                                max_batch_size=16, device="cpu",
+                                agree=(lambda v: mean(r, v)) if agree else None)
+        # start-up calibration: each rank's replays see its own noise (graphs stood in by callables)
+        graphs = {b: {n: (lambda b=b, n=n: true_ms[b] * (n / 8) ** 0.5 * rng.lognormvariate(0.0, 0.08))
+                      for n in (1, 8, 16)} for b in auto.budgets}
+        auto.calibrate(graphs, {}, {})
+        choices = []
+        for i in range(rounds):
+            bs = 8 if i % 50 < 40 else 16
+            if i % 37 == 36:
+                auto.interrupt()
+                local.clock.now += 20.0
+            local.lag = rng.choice([0.0, 5.0, 40.0])
+            b = auto.choose(bs)
+            choices.append(b)
+            slot = auto.begin(bs, b)
+            local.clock.now += true_ms[b] * (bs / 8) ** 0.5 * rng.lognormvariate(0.0, 0.08)
+            auto.finish(slot, None, torch.full((bs,), 2, dtype=torch.int32))
+            local.clock.now += 0.5
+        results[r] = (choices, auto.costs.table())
+
+    metrics.AUTO_STATS.reset()
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(res is not None for res in results), "a rank did not finish"
+    return results
+
+
+def test_ranks_that_agree_choose_the_same_width_every_round(monkeypatch):
+    """Tensor parallelism: with ``agree`` the two ranks, timing their own noisy rounds, choose the same width in
+    every one of 240 rounds and end with the same cost table; without it (each rank on its own timings and its
+    own device lag, as before) they part ways, which under TP would pair different graphs' collectives."""
+    (a, table_a), (b, table_b) = _tp_run(monkeypatch, agree=True)
+    assert a == b and table_a == table_b
+    assert len(set(a)) >= 2  # the policy did move between widths
+    (c, _), (d, _) = _tp_run(monkeypatch, agree=False)
+    assert c != d
+
+
+def test_agree_needs_a_positive_share_interval():
+    with pytest.raises(ValueError, match="share_every must be >= 1"):
+        widths.AutoWidth(DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), [1], max_batch_size=1,
+                         device="cpu", agree=lambda v: v, share_every=0)

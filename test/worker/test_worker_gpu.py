@@ -99,9 +99,11 @@ def test_bias_models_diverge_like_dflash(models_root, tmp_path):
                     reason="needs 2 CUDA GPUs (tensor parallelism)")
 def test_sharp_models_token_identical_tp2(models_root, tmp_path):
     """tp 2: the target, the drafter and the draft top-K head (per-rank vocab shards merged) split over two
-    GPUs; greedy output == the plain tp-2 engine's at budgets 15 and 64, with and without overlap scheduling
-    (budget auto refuses tp > 1 at validation: test_server_args.py)."""
-    dd = ["dd_triton_b15_tp2", "dd_triton_b64_tp2", "dd_triton_b15_tp2_nooverlap", "dd_triton_b64_tp2_nooverlap"]
+    GPUs; greedy output == the plain tp-2 engine's at budgets 15 and 64 and auto (its own widths, agreed by the
+    ranks, and the fixed bucket cycle; behind SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP until this has run), with and
+    without overlap scheduling."""
+    dd = ["dd_triton_b15_tp2", "dd_triton_b64_tp2", "dd_triton_b15_tp2_nooverlap", "dd_triton_b64_tp2_nooverlap",
+          "dd_triton_auto_tp2", "dd_triton_auto_tp2_nooverlap", "dd_triton_auto_cycle_tp2"]
     results = _run(models_root, tmp_path, ["sharp:plain_triton_tp2"] + [f"sharp:{c}" for c in dd])
     assert "error" not in results["sharp:plain_triton_tp2"], results["sharp:plain_triton_tp2"].get("traceback")
     for name in dd:

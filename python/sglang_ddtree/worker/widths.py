@@ -14,6 +14,10 @@ The policy itself (buckets, accept and cost models, argmax of expected tokens pe
                   drafts, their period between two rounds' start events) only once those events have completed
                   (``Event.query``), so the host never waits for the GPU. Start-up calibration replays each
                   captured verify graph per (batch size, bucket) and the draft graph per batch size.
+                  Under tensor parallelism (``agree``) every rank must choose the same width every round (each
+                  width is its own graphs, whose collectives must pair up): rounds are read at a fixed lag of
+                  ``AGREED_LAG`` rounds, waiting on their (long completed) events instead of polling them, and
+                  costs are the ranks' mean, agreed every ``share_every`` rounds and at calibration.
 Interval statistics for the decode log and ``/metrics`` go to ``metrics.AUTO_STATS``.
 """
 
@@ -23,7 +27,7 @@ import collections
 import contextlib
 import logging
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -182,7 +186,7 @@ def _pinned(n: int) -> torch.Tensor:
 
 
 class _Pending:
-    __slots__ = ("bs", "budget", "start", "end", "next_start", "dev", "host", "scored", "followed")
+    __slots__ = ("bs", "budget", "start", "end", "next_start", "dev", "host", "scored", "followed", "round")
 
     def __init__(self, num_buckets: int, device):
         self.start = torch.cuda.Event(enable_timing=True)
@@ -192,7 +196,7 @@ class _Pending:
         # there by the round, then one async copy to pinned host memory
         self.dev = torch.zeros(num_buckets + 1, dtype=torch.float32, device=device)
         self.host = _pinned(num_buckets + 1)
-        self.bs = self.budget = None
+        self.bs = self.budget = self.round = None
         self.scored = False  # the round carried a forecast (the largest bucket's tree scores)
         # None until known; True: the next decode round began (next_start recorded); False: another forward
         # (prefill, idle) came between, so the round has no period
@@ -209,9 +213,18 @@ class AutoWidth:
 
     RING = 8  # rounds in flight whose numbers have not been read yet (overlap keeps one or two)
     FORECAST_EVERY = 4  # drafting rounds per forecast (the largest bucket's tree + expected drafts per bucket)
+    AGREED_LAG = 2  # with ``agree``: a round's numbers are read this many rounds after it began
 
-    def __init__(self, config: DDTreeConfig, batch_sizes: Sequence[int], *, max_batch_size: int, device):
+    def __init__(self, config: DDTreeConfig, batch_sizes: Sequence[int], *, max_batch_size: int, device,
+                 agree: Optional[Callable[[List[float]], List[float]]] = None, share_every: int = 16):
+        """``agree``: under tensor parallelism, the ranks' mean of a list of floats (a collective every rank calls
+        with a list of the same length at the same point); None on one rank."""
+        if share_every < 1:
+            raise ValueError(f"share_every must be >= 1, got {share_every}")
         self.config = config
+        self._agree, self.share_every = agree, share_every
+        self._rounds = 0  # decode rounds begun
+        self._unshared: List[tuple] = []  # with agree: (bs, budget, ms) read since the costs were last agreed
         self.budgets = tuple(config.buckets)
         sizes = sorted({int(b) for b in batch_sizes} | {int(max_batch_size)})
         self.costs = CostModel(sizes, self.budgets)
@@ -232,16 +245,21 @@ class AutoWidth:
         """Seed the cost model: verify graph replay per (batch size, budget) plus, when drafting, the draft graph
         and the tree builds of that batch size. Batch sizes above the largest captured one run eagerly: seeded
         by scaling the largest captured cost by the batch ratio (observations replace it)."""
-        largest = {}
-        for budget, graphs in verify_graphs.items():
-            for bs, graph in graphs.items():
-                ms = replay_ms(graph)
+        seeds = []  # (bs, budget, ms), in one order on every rank (the replays' collectives pair up)
+        for budget in sorted(verify_graphs):
+            for bs in sorted(verify_graphs[budget]):
+                ms = replay_ms(verify_graphs[budget][bs])
                 if budget > 0:
                     draft = draft_graphs.get(bs)
                     ms += (replay_ms(draft) if draft is not None else 0.0) + tree_ms.get(bs, 0.0)
-                self.costs.seed(bs, budget, ms)
-                if bs >= largest.get(budget, (0, 0.0))[0]:
-                    largest[budget] = (bs, ms)
+                seeds.append((bs, budget, ms))
+        if self._agree is not None and seeds:
+            seeds = [(bs, budget, ms) for (bs, budget, _), ms in zip(seeds, self._agree([m for *_, m in seeds]))]
+        largest = {}
+        for bs, budget, ms in seeds:
+            self.costs.seed(bs, budget, ms)
+            if bs >= largest.get(budget, (0, 0.0))[0]:
+                largest[budget] = (bs, ms)
         top = self.costs.batch_sizes[-1]
         for budget, (bs, ms) in largest.items():
             if top > bs:
@@ -259,7 +277,10 @@ class AutoWidth:
 
     # -- the round --
     def choose(self, bs: int) -> int:
-        self._drain()
+        if self._agree is None:
+            self._drain()
+        else:
+            self._drain_agreed()
         return self.policy.choose(bs, self.forecast)
 
     def wants_forecast(self, budget: int) -> bool:
@@ -286,7 +307,8 @@ class AutoWidth:
         self._next = (self._next + 1) % self.RING
         if slot in self._inflight:  # never read back: drop it rather than wait (the ring is generous)
             self._inflight.remove(slot)
-        slot.bs, slot.budget = bs, budget
+        slot.bs, slot.budget, slot.round = bs, budget, self._rounds
+        self._rounds += 1
         slot.followed = None
         slot.start.record()
         self._last = slot
@@ -315,14 +337,38 @@ class AutoWidth:
                 break
             self._inflight.popleft()
             if slot.followed:
-                try:
-                    self.costs.observe(slot.bs, slot.budget, slot.start.elapsed_time(slot.next_start))
-                except ValueError:  # a batch larger than max_batch_size: nothing to learn for the table
-                    pass
-            values = slot.host.tolist()
-            nb = len(self.budgets)
-            observed, predicted = values[nb] - slot.bs, values[self._index[slot.budget]]
-            if slot.scored and isinstance(self.accept, ScoreAcceptModel):
-                self.accept.observe(slot.budget, predicted, observed)
-                self.forecast = DraftForecast(slot.bs, values[:nb])
-            metrics.AUTO_STATS.add(slot.budget, slot.bs, *((predicted, observed) if slot.scored else ()))
+                self._observe(slot.bs, slot.budget, slot.start.elapsed_time(slot.next_start))
+            self._read(slot)
+
+    def _drain_agreed(self) -> None:
+        """``_drain`` under tensor parallelism, the same on every rank: the rounds begun ``AGREED_LAG`` or more
+        rounds ago, waiting on their events (recorded that long ago, so complete unless the device runs more than
+        that far behind the host; the wait then bounds how far the host runs ahead), and their costs kept until
+        every ``share_every``-th round, where the ranks agree on their mean (one CPU collective)."""
+        while self._inflight and self._inflight[0].round <= self._rounds - self.AGREED_LAG:
+            slot = self._inflight.popleft()
+            slot.end.synchronize()
+            if slot.followed:
+                slot.next_start.synchronize()
+                self._unshared.append((slot.bs, slot.budget, slot.start.elapsed_time(slot.next_start)))
+            self._read(slot)
+        if self._unshared and self._rounds % self.share_every == 0:
+            for (bs, budget, _), ms in zip(self._unshared, self._agree([ms for *_, ms in self._unshared])):
+                self._observe(bs, budget, ms)
+            self._unshared.clear()
+
+    def _observe(self, bs: int, budget: int, ms: float) -> None:
+        try:
+            self.costs.observe(bs, budget, ms)
+        except ValueError:  # a batch larger than max_batch_size: nothing to learn for the table
+            pass
+
+    def _read(self, slot: _Pending) -> None:
+        """A finished round's accepted drafts and, for a forecast round, its expected drafts per bucket."""
+        values = slot.host.tolist()
+        nb = len(self.budgets)
+        observed, predicted = values[nb] - slot.bs, values[self._index[slot.budget]]
+        if slot.scored and isinstance(self.accept, ScoreAcceptModel):
+            self.accept.observe(slot.budget, predicted, observed)
+            self.forecast = DraftForecast(slot.bs, values[:nb])
+        metrics.AUTO_STATS.add(slot.budget, slot.bs, *((predicted, observed) if slot.scored else ()))

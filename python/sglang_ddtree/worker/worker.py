@@ -161,7 +161,7 @@ class DDTreeWorker(DFlashWorkerV2):
         target_runner = mr.decode_cuda_graph_runner
         capture_bs = sorted(int(b) for b in getattr(target_runner, "capture_bs", None) or ())
         self._auto = widths.AutoWidth(self.config, capture_bs, max_batch_size=int(mr.max_running_requests),
-                                      device=self.device)
+                                      device=self.device, agree=_tp_mean())
         verify_graphs = {b: widths.captured_graphs(runner) for b, (_, runner) in self._widths.sets.items()}
         if capture_bs and all(verify_graphs.values()):
             draft_graphs = widths.captured_graphs(getattr(self.draft_model_runner, "decode_cuda_graph_runner", None))
@@ -391,6 +391,22 @@ class DDTreeWorker(DFlashWorkerV2):
             speculative_num_draft_tokens=self.config.accept_width,
             new_seq_lens=next_draft_input.new_seq_lens,
         )
+
+
+def _tp_mean():
+    """Under tensor parallelism, the ranks' mean of a list of floats over the TP group's CPU (gloo) group: budget
+    auto's ``agree`` (``widths.AutoWidth``), called by every rank at the same point with lists of one length; None
+    on one rank."""
+    group = get_tp_group()
+    if group.world_size <= 1:
+        return None
+
+    def mean(values):
+        t = torch.tensor(list(values), dtype=torch.float64)
+        torch.distributed.all_reduce(t, group=group.cpu_group)
+        return (t / group.world_size).tolist()
+
+    return mean
 
 
 class _HostLens:
