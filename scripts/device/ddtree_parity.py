@@ -32,20 +32,14 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
-from sglang_ddtree.validation import AUTO_TP_ENV, PAGED_ENV, PAGED_VERIFIED_BACKENDS  # noqa: E402
+from sglang_ddtree.validation import AUTO_TP_ENV, PAGED_VERIFIED_BACKENDS  # noqa: E402
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
 from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E402
 
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
 FI_PLAN, FI_UPSTREAM = {FI_PLAN_ENV: "1"}, {FI_PLAN_ENV: "0"}
-PAGED = {PAGED_ENV: "1"}
 AUTO_TP = {AUTO_TP_ENV: "1"}  # budget auto at tp > 1 (experimental until tp2.sh has run it)
-
-
-def _paged_env(backend):
-    """The experimental switch for --page-size > 1 where validation does not take it as verified."""
-    return {} if backend in PAGED_VERIFIED_BACKENDS else PAGED
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -95,18 +89,15 @@ CONFIGS = {
     "dd_fa3_b256": ddtree(256, 8, backend="fa3"),
     "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
     "dd_fa3_b15_nooverlap": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True),
-    # --page-size > 1, compared with the page-1 plain engine of the same backend: fa3 as validation takes it (the
-    # verified configuration), triton / flashinfer behind the experimental switch
-    **{f"plain_{b}_p{p}": dict(attention_backend=b, page_size=p) for b in ("triton", "flashinfer", "fa3")
-       for p in (16, 64)},
-    **{f"dd_{b}_b15_p16": ddtree(15, 4, backend=b, page_size=16, _env=_paged_env(b))
-       for b in ("triton", "flashinfer", "fa3")},
-    **{f"dd_{b}_b64_p64": ddtree(64, 8, backend=b, page_size=64, _env=_paged_env(b))
-       for b in ("triton", "flashinfer", "fa3")},
-    **{f"dd_{b}_b15_p64_nooverlap": ddtree(15, 4, backend=b, page_size=64, disable_overlap_schedule=True,
-                                           _env=_paged_env(b)) for b in ("triton", "flashinfer", "fa3")},
-    **{f"dd_{b}_b64_p16_nograph": ddtree(64, 8, backend=b, page_size=16, disable_cuda_graph=True, _env=_paged_env(b))
-       for b in ("triton", "flashinfer", "fa3")},
+    # --page-size > 1, compared with the page-1 plain engine of the same backend, on each backend validation takes
+    # it on (no switch)
+    **{f"plain_{b}_p{p}": dict(attention_backend=b, page_size=p) for b in PAGED_VERIFIED_BACKENDS for p in (16, 64)},
+    **{f"dd_{b}_b15_p16": ddtree(15, 4, backend=b, page_size=16) for b in PAGED_VERIFIED_BACKENDS},
+    **{f"dd_{b}_b64_p64": ddtree(64, 8, backend=b, page_size=64) for b in PAGED_VERIFIED_BACKENDS},
+    **{f"dd_{b}_b15_p64_nooverlap": ddtree(15, 4, backend=b, page_size=64, disable_overlap_schedule=True)
+       for b in PAGED_VERIFIED_BACKENDS},
+    **{f"dd_{b}_b64_p16_nograph": ddtree(64, 8, backend=b, page_size=16, disable_cuda_graph=True)
+       for b in PAGED_VERIFIED_BACKENDS},
     # the draft-KV append from CUDA graphs (worker.draft_kv_graph; on by default since session 12: these force it,
     # _kveager keeps upstream's eager call)
     "dd_triton_b15_kveager": ddtree(15, 4, _env=KV_EAGER),

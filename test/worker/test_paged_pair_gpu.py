@@ -22,9 +22,8 @@ pytestmark = pytest.mark.gpu
 BATCH_SIZES = ["1", "4", "16", "48"]
 
 
-def _configs(backend: str) -> list:
-    return ["plain", "plain+p16", "ddtree:15:4+p16", "ddtree:64:8+p64", "ddtree:64:8+p16+nograph",
-            "ddtree:15:4+p64+nooverlap"]
+CONFIGS = ["plain", "plain+p16", "ddtree:15:4+p16", "ddtree:64:8+p64", "ddtree:64:8+p16+nograph",
+           "ddtree:15:4+p64+nooverlap"]
 
 
 @pytest.fixture(scope="module", params=["triton", "flashinfer", "fa3"])
@@ -33,7 +32,7 @@ def report(request, tmp_path_factory):
     fa3_ok, fa3_reason = fa3_status() if backend == "fa3" else (True, "")
     if not fa3_ok:
         pytest.skip(fa3_reason)
-    return run_e2e(backend, _configs(backend), tmp_path_factory.mktemp("e2e_paged"), f"e2e_paged_{backend}",
+    return run_e2e(backend, CONFIGS, tmp_path_factory.mktemp("e2e_paged"), f"e2e_paged_{backend}",
                    BATCH_SIZES)
 
 

@@ -19,8 +19,9 @@ import torch
 _CHUNK_TOKENS = 256
 
 
-# The draft head's top-K pass: ``threshold`` (1) or every slice's (0, the default, the one timed on the H200) until
-# bench_topk_lse and a paired shape run show the threshold form faster (bench config ``+topkthr``).
+# The draft head's top-K pass: ``threshold`` (1) or every slice's (0, the default). Session 25 on the H200: the
+# threshold form alone 0.64-0.72x the default's time at 224-256 rows, 1.4x at 15; in a paired 8B-shape run faster at
+# c 8 / 32, slower at c 16 (``benchmark/results/session25/``), so it stays opt-in (bench config ``+topkthr``).
 TOPK_THRESHOLD_ENV = "SGLANG_DDTREE_TOPK_THRESHOLD"
 
 
@@ -67,7 +68,7 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
     program) and ``num_warps`` (default 8 from block 2048 up, else 4) are the slice kernel's launch
     configuration; ``benchmark/bench_topk_lse.py`` times the choices. ``select``: ``all`` (every slice takes
     its top-K, measured) or ``threshold`` (only slices whose max reaches the row's K-th largest slice max do;
-    same result, two launches more; ``kernels/topk_lse.py``; not yet timed on a GPU)."""
+    same result, two launches more; ``kernels/topk_lse.py``; opt-in, see ``TOPK_THRESHOLD_ENV``)."""
     from sglang_ddtree.tree._common import next_pow2, use_triton
 
     if select not in TOPK_SELECTS:
