@@ -263,7 +263,8 @@ def _hybrid_note() -> str:
              f"({hybrid_args.ENV}=1)" if beyond else
              f"--attention-backend {hybrid_args.VERIFIED_ATTENTION_BACKEND} and tp 1 (GPU-verified; "
              f"{hybrid_args.ENV}=1 to try others)")
-    return (f"hybrid Mamba/GDN targets: tree verify on, {where}; --page-size 1 (> 1 only with "
+    return (f"hybrid Mamba/GDN targets: tree verify on, {where}; --page-size > 1 there with a fixed budget "
+            f"(GPU-verified at 16 / 64; with budget auto or beyond triton / tp 1 only with "
             f"SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a GPU); with the radix cache use "
             f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
             f"--disable-overlap-schedule; each tree row keeps a conv + SSM state (budget + 1 rows per request, "
@@ -271,7 +272,8 @@ def _hybrid_note() -> str:
 
 
 def _paged_note() -> str:
-    """Where DDTREE takes --page-size > 1 (``validation._check_page_size``)."""
+    """Where DDTREE takes --page-size > 1 on dense targets (``validation._check_page_size``; hybrid ones:
+    ``_hybrid_note``)."""
     from sglang_ddtree.config import DDTreeArgumentError
     from sglang_ddtree.validation import PAGED_ENV, PAGED_VERIFIED_BACKENDS, paged_kv_enabled
     from sglang_ddtree.worker import fa3_tree
@@ -282,8 +284,7 @@ def _paged_note() -> str:
     except DDTreeArgumentError as e:
         return f"--page-size > 1: {e}"
     if on:
-        return (f"--page-size > 1: allowed, EXPERIMENTAL beyond the verified configurations ({PAGED_ENV}=1; dense "
-                f"targets)")
+        return f"--page-size > 1: allowed, EXPERIMENTAL beyond the verified configurations ({PAGED_ENV}=1)"
     verified = [b for b in PAGED_VERIFIED_BACKENDS if b != "fa3" or fused]
     cascade = "" if fused else " (fa3 runs upstream's cascade here: refused)"
     return (f"--page-size > 1: {' / '.join(verified)} with a fixed budget (GPU-verified){cascade}; elsewhere refused "

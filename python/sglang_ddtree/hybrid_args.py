@@ -203,21 +203,26 @@ def check_server_args(server_args, config) -> None:
                 f"--{flag.replace('_', '-')} cannot be used with --speculative-algorithm DDTREE: ReplaySSM keeps "
                 f"a linear chain of states, a tree verify needs one state per tree row.")
     view = resolved_view(server_args)
-    paged = view.page_size is not None and view.page_size > 1
-    if paged and not paged_kv_enabled():
-        raise DDTreeArgumentError(
-            f"--page-size {view.page_size} with --speculative-algorithm DDTREE on a hybrid target is not yet verified "
-            f"on a GPU (its recurrent-state tracking has run at --page-size 1 only; use --page-size 1, or set "
-            f"{PAGED_ENV}=1 to try it).")
+    n = config.num_verify_tokens  # with budget auto: of its largest bucket, which sizes every buffer
+    auto = bool(getattr(config, "adaptive", False))
     why = unverified_reason(server_args)  # None: the GPU-verified configuration
+    paged = view.page_size is not None and view.page_size > 1
+    # page sizes > 1 as the H200 verified them (session 26, `bash scripts/device/hybrid.sh paged_hybrid`: page 16 / 64
+    # token-identical to page 1 on the sharp fixture, shared-prefix radix phase included;
+    # benchmark/results/session26/paged_hybrid): in the configuration above (triton, tp 1), budgets 15 / 64, graphs and
+    # overlap on and off, the radix cache on extra_buffer (overlap on) and on no_buffer (overlap off)
+    paged_why = ((f"{BUDGET_FLAG} is {AUTO}" if auto else why) if paged else None)
+    if paged_why is not None and not paged_kv_enabled():
+        raise DDTreeArgumentError(
+            f"--speculative-algorithm DDTREE on a hybrid target supports --page-size {view.page_size} only with "
+            f"--attention-backend {VERIFIED_ATTENTION_BACKEND}, --tp-size 1 and a fixed budget for now, but "
+            f"{paged_why} (use --page-size 1, or set {PAGED_ENV}=1 to try it: not yet verified on a GPU).")
     if why is not None and not experimental():
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE on hybrid targets is GPU-verified with --attention-backend "
             f"{VERIFIED_ATTENTION_BACKEND} (the drafter's unset or the same) and --tp-size 1 only for now, but {why} "
             f"(use --attention-backend {VERIFIED_ATTENTION_BACKEND}, or set {ENV}=1 to try it: not yet verified on a "
             f"GPU).")
-    n = config.num_verify_tokens  # with budget auto: of its largest bucket, which sizes every buffer
-    auto = bool(getattr(config, "adaptive", False))
     if getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache:
         strategy = view.mamba_radix_cache_strategy
         if strategy == "extra_buffer_lazy":
@@ -238,8 +243,8 @@ def check_server_args(server_args, config) -> None:
     fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
     check_intermediate_state_fits(per_node, config.budget, reqs, _gpu_capacity_bytes(server_args), fraction, auto=auto)
     beyond = [f"{ENV}=1: {why}"] if why is not None else []
-    if paged:
-        beyond.append(f"{PAGED_ENV}=1: --page-size {view.page_size}")
+    if paged_why is not None:
+        beyond.append(f"{PAGED_ENV}=1: --page-size {view.page_size}, {paged_why}")
     (logger.warning if beyond else logger.info)(
         "DDTREE on hybrid target %s: %s. Per-node verify states: %.2f MiB per row, %.2f GiB per request at %s, "
         "%.1f GiB for %d requests.", arch,

@@ -117,9 +117,9 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     config = DDTreeConfig.from_server_args(server_args)
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):  # release checked (_check_unsupported_features)
-        # its own page-size rule (behind PAGED_ENV) and verified-configuration rule; with budget auto the per-row
-        # states are sized (and checked) for its largest bucket, which every narrower bucket's verify reuses
-        # (worker/hybrid.py)
+        # its own page-size rule (PAGED_ENV beyond its verified configuration) and verified-configuration rule;
+        # with budget auto the per-row states are sized (and checked) for its largest bucket, which every narrower
+        # bucket's verify reuses (worker/hybrid.py)
         check_hybrid_server_args(server_args, config)
     else:
         _check_page_size(server_args, adaptive=config.adaptive)
@@ -191,16 +191,17 @@ def auto_tp_enabled() -> bool:
 
 
 PAGED_ENV = "SGLANG_DDTREE_EXPERIMENTAL_PAGED"
-# --page-size > 1 as verified on a GPU (H200, SGLang 0.5.16), dense targets (hybrid ones take pages only behind
-# PAGED_ENV, ``hybrid_args``), a fixed budget, one backend for the target's prefill and decode and the drafter (the drafter's
-# unset or the same):
+# --page-size > 1 as verified on a GPU (H200, SGLang 0.5.16), dense targets (hybrid ones: ``hybrid_args``), a fixed
+# budget, one backend for the target's prefill and decode and the drafter (the drafter's unset or the same):
 # - fa3 with DDTREE's fused tree attention: ``test_worker_gpu.py::test_paged_kv_is_token_identical_to_page_size_1``,
 #   page 16 / 64, budgets 15 / 64, graphs and overlap on and off, token-identical to the page-1 plain engine
 #   (session 13, ``benchmark/results/gpu_tests_h200_session13.json`` call 7);
 # - triton and flashinfer: the same sharp-fixture test, 176 / 176 equal (session 20,
 #   ``benchmark/results/session20/hybrid_left/paged_*.parity.txt``), and the trained pair's
 #   ``test_paged_pair_gpu.py``: every divergence from the page-1 plain engine a float32 top-2 near-tie, acceptance
-#   kept (session 25, ``benchmark/results/session25/paged_pair``).
+#   kept (session 25, ``benchmark/results/session25/paged_pair``);
+# - all three: the trained pair's test (its bookkeeping fixed) passed on fa3, triton and flashinfer in session 26
+#   (``benchmark/results/session26/paged_pair_*``).
 PAGED_VERIFIED_BACKENDS = ("fa3", "triton", "flashinfer")
 
 

@@ -60,7 +60,7 @@ CONFIGS = {
     "dd_b64_noradix": ddtree(64, 8, disable_radix_cache=True),
     "dd_b64_extra_buffer": ddtree(64, 8, mamba_radix_cache_strategy="extra_buffer", mamba_track_interval=128),
     "dd_b1": ddtree(1, 1),  # topk 1: the backend's chain path
-    # --page-size 16 / 64 (issue 15 item 3; DDTREE with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 until this has run):
+    # --page-size 16 / 64 (issue 15 item 3; all passed in session 26, so DDTREE takes them without a switch):
     # compared with the page-1 reference like every config; with the radix cache, extra_buffer's track interval
     # must be a multiple of the page size (SGLang's check)
     "plain_p16": dict(disable_radix_cache=True, page_size=16),
@@ -113,8 +113,8 @@ def make_shared_prompts(tokenizer, n=SHARED_PROMPTS, prefix_len=SHARED_PREFIX):
 
 def _engine_env(fault, cycle=False, oracle="", experimental=False, paged=False):
     """A DDTREE engine's environment: the hybrid switch only outside the GPU-verified hybrid configuration (tp > 1
-    here; every config runs triton), the paged switch for a page size > 1, the test plugin's hooks for a fault, a
-    bucket cycle or the replay oracle."""
+    here; every config runs triton), the paged switch for a page size > 1 outside its verified configuration (tp > 1
+    or budget auto: ``hybrid_args``), the test plugin's hooks for a fault, a bucket cycle or the replay oracle."""
     env = {HYBRID_ENV: "1"} if experimental else {}
     if paged:
         env[PAGED_ENV] = "1"
@@ -152,8 +152,9 @@ def config_engine(name, oracle=""):
     if wants_oracle and not oracle:
         raise RuntimeError(f"{name}: the replay oracle needs the plain reference's outputs: list a plain "
                            "configuration first")
-    env = (_engine_env(fault, cycle, oracle if wants_oracle else "", experimental=int(kw.get("tp_size", 1)) > 1,
-                       paged=int(kw.get("page_size", 1)) > 1)
+    tp2 = int(kw.get("tp_size", 1)) > 1
+    env = (_engine_env(fault, cycle, oracle if wants_oracle else "", experimental=tp2,
+                       paged=int(kw.get("page_size", 1)) > 1 and (tp2 or kw.get("speculative_ddtree_budget") == "auto"))
            if kw.get("speculative_algorithm") == "DDTREE"
            else {})
     return kw, env

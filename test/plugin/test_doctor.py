@@ -209,7 +209,7 @@ def test_gpu_check_says_which_fa3_tree_verify_runs(monkeypatch, switch):
     ("", "0", "--page-size > 1: triton / flashinfer with a fixed budget (GPU-verified) (fa3 runs upstream's cascade "
               "here: refused); elsewhere refused (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try"),
     ("1", "0", "--page-size > 1: allowed, EXPERIMENTAL beyond the verified configurations "
-               "(SGLANG_DDTREE_EXPERIMENTAL_PAGED=1; dense targets)"),
+               "(SGLANG_DDTREE_EXPERIMENTAL_PAGED=1)"),
     ("on", "1", "--page-size > 1: SGLANG_DDTREE_EXPERIMENTAL_PAGED='on': use 1"),
 ])
 def test_gpu_check_says_whether_pages_above_1_are_taken(monkeypatch, switch, fa3_tree, want):

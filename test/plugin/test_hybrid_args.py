@@ -3,6 +3,7 @@ choices of ``worker/hybrid.py`` that need no kernel: the experimental switch, th
 one-line errors, the per-node state memory (held against upstream's own ``mamba_cache_per_req``) and the
 start-up refusal of a budget that cannot fit, with its numbers."""
 
+import re
 import types
 
 import pytest
@@ -129,9 +130,6 @@ def _config(budget, adaptive=False):
     (dict(mamba_radix_cache_strategy="no_buffer"), r"no_buffer needs --disable-overlap-schedule"),
     (dict(enable_gdn_replayssm_spec=True), r"--enable-gdn-replayssm-spec cannot be used with"),
     (dict(enable_linear_replayssm=True), r"--enable-linear-replayssm cannot be used with"),
-    (dict(page_size=16), r"^--page-size 16 with --speculative-algorithm DDTREE on a hybrid target is not yet verified on "
-                         r"a GPU \(its recurrent-state tracking has run at --page-size 1 only; use --page-size 1, or "
-                         r"set SGLANG_DDTREE_EXPERIMENTAL_PAGED=1 to try it\)\.$"),
 ])
 def test_unsupported_combinations_are_refused_in_one_line(monkeypatch, kw, match):
     monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
@@ -264,8 +262,8 @@ def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
     monkeypatch.delenv(hybrid_args.ENV, raising=False)
     note = doctor._hybrid_note()
     assert ("tree verify on, --attention-backend triton and tp 1 (GPU-verified; SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1 "
-            "to try others); --page-size 1 (> 1 only with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a "
-            "GPU)") in note
+            "to try others); --page-size > 1 there with a fixed budget (GPU-verified at 16 / 64; with budget auto or "
+            "beyond triton / tp 1 only with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a GPU)") in note
     assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in note
     assert "budget + 1 rows per request, budget auto: its largest bucket's 64" in note
     monkeypatch.setenv(hybrid_args.ENV, "1")
@@ -325,20 +323,40 @@ def test_a_local_hybrid_target_gets_the_verified_backend_when_none_is_named(hybr
         == "the prefill attention backend is 'fa3'"
 
 
-def test_page_sizes_above_1_on_a_hybrid_target_only_with_the_paged_switch(monkeypatch, caplog):
-    """--page-size 16 / 64 on a hybrid target: refused without SGLANG_DDTREE_EXPERIMENTAL_PAGED (one line, above);
-    with it taken, the hybrid switch not needed on triton at tp 1, and the start-up log says EXPERIMENTAL and why;
-    beyond triton both switches are named."""
+def test_page_sizes_above_1_on_a_hybrid_target_in_the_verified_configuration(monkeypatch, caplog):
+    """--page-size 16 / 64 on a hybrid target: taken without any switch where the H200 verified it (session 26,
+    paged_hybrid: triton, tp 1, a fixed budget, radix on extra_buffer / on no_buffer without overlap / off), logged as
+    the verified configuration; budget auto, any backend beyond triton and tp > 1 need SGLANG_DDTREE_EXPERIMENTAL_PAGED
+    (one line naming the reason), and with it the start-up log says EXPERIMENTAL and why; beyond triton both
+    switches."""
     import logging
 
     monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
-    monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", "1")
+    monkeypatch.delenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", raising=False)
     monkeypatch.delenv(hybrid_args.ENV, raising=False)
     for page in (16, 64):
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
-            hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=page), _config(15))
-        assert f"EXPERIMENTAL (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size {page})" in caplog.text
+        for kw in (dict(), dict(disable_radix_cache=True),
+                   dict(mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)):
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
+                hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=page, **kw), _config(64))
+            assert "the GPU-verified configuration" in caplog.text and "EXPERIMENTAL" not in caplog.text
+    refused = [
+        (dict(page_size=16), _config(63, adaptive=True), "--speculative-ddtree-budget is auto"),
+        (dict(page_size=64, attention_backend="fa3"), _config(15), "the prefill attention backend is 'fa3'"),
+        (dict(page_size=16, tp_size=2), _config(15), "--tp-size is 2"),
+    ]
+    for kw, config, reason in refused:
+        with pytest.raises(DDTreeArgumentError, match=rf"supports --page-size {kw['page_size']} only with .*, but "
+                                                      rf"{re.escape(reason)} \(use --page-size 1, or set "
+                                                      rf"SGLANG_DDTREE_EXPERIMENTAL_PAGED=1"):
+            hybrid_args.check_server_args(_server_args(_qwen3_next(), **kw), config)
+    monkeypatch.setenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", "1")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
+        hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=16), _config(63, adaptive=True))
+    assert ("EXPERIMENTAL (SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size 16, --speculative-ddtree-budget is auto)"
+            in caplog.text)
     with pytest.raises(DDTreeArgumentError, match=r"but the prefill attention backend is 'fa3'"):
         hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=16, attention_backend="fa3"), _config(15))
     monkeypatch.setenv(hybrid_args.ENV, "1")
@@ -346,4 +364,4 @@ def test_page_sizes_above_1_on_a_hybrid_target_only_with_the_paged_switch(monkey
     with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
         hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=16, attention_backend="fa3"), _config(15))
     assert ("EXPERIMENTAL (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1: the prefill attention backend is 'fa3'; "
-            "SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size 16)") in caplog.text
+            "SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size 16, the prefill attention backend is 'fa3')") in caplog.text

@@ -75,9 +75,9 @@ def test_every_configuration_the_gpu_tests_name_exists(hp):
     assert gpu.FAULTS[0].startswith("plain") and all(n.startswith("dd_b64_oracle") for n in gpu.FAULTS[1:])
 
 
-def test_only_configurations_beyond_the_verified_one_get_a_switch(hp, tmp_path):
-    """DDTREE engines on triton at tp 1, page 1 run as users run them (no switch); tp 2 gets the hybrid switch,
-    a page size > 1 the paged one; plain and DFLASH engines get no environment."""
+def test_only_configurations_beyond_the_verified_one_get_a_switch(hp, tmp_path, monkeypatch):
+    """DDTREE engines on triton at tp 1 run as users run them (no switch, page sizes > 1 included); tp 2 gets the
+    hybrid switch; plain and DFLASH engines get no environment."""
     for name, cfg in hp.CONFIGS.items():
         spec = tmp_path / "oracle.json"
         spec.write_text("{}")
@@ -87,5 +87,10 @@ def test_only_configurations_beyond_the_verified_one_get_a_switch(hp, tmp_path):
             assert env == {}, name
             continue
         assert (env.get(hp.HYBRID_ENV) == "1") == (cfg.get("tp_size", 1) > 1), name
-        assert (env.get(hp.PAGED_ENV) == "1") == (cfg.get("page_size", 1) > 1), name
+        assert env.get(hp.PAGED_ENV) is None, name  # every paged config is a verified one (fixed budget, tp 1)
     assert {n for n, c in hp.CONFIGS.items() if c.get("page_size", 1) > 1} >= {"plain_p16", "dd_b15_p16", "dd_b64_p64"}
+    # beyond the verified paged configuration (budget auto, tp 2) the paged switch is set
+    monkeypatch.setitem(hp.CONFIGS, "dd_auto_p16", hp.ddtree("auto", 8, page_size=16))
+    monkeypatch.setitem(hp.CONFIGS, "dd_b15_p16_tp2", hp.ddtree(15, 4, page_size=16, tp_size=2))
+    assert hp.config_engine("dd_auto_p16")[1] == {hp.PAGED_ENV: "1"}
+    assert hp.config_engine("dd_b15_p16_tp2")[1] == {hp.PAGED_ENV: "1", hp.HYBRID_ENV: "1"}
