@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Optional
 
 ALGORITHM_NAME = "DDTREE"
 
@@ -34,7 +34,8 @@ MIN_TOPK = 1
 MAX_TOPK = 64
 
 # --speculative-ddtree-budget auto: each round picks its verify budget from a bucket set (0 = no drafting,
-# 2^k - 1 up to AUTO_MAX_BUDGET) by expected committed tokens per second (``sglang_ddtree.width_policy``).
+# 2^k - 1 up to AUTO_MAX_BUDGET) by expected committed tokens per second (``sglang_ddtree.width_policy``);
+# "auto:N" stops the set at N (``auto_largest_bucket``).
 AUTO = "auto"
 AUTO_MAX_BUDGET = 63
 
@@ -59,10 +60,37 @@ def _check_int(flag: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
+def auto_largest_bucket(value: Any) -> Optional[int]:
+    """Budget auto's largest bucket for a ``--speculative-ddtree-budget`` value: "auto" -> ``AUTO_MAX_BUDGET``,
+    "auto:N" -> N (budget auto whose buckets stop at N, an integer in [MIN_BUDGET, AUTO_MAX_BUDGET]; validation
+    writes it for a hybrid target whose per-row states would not fit with the full set); None for any other value.
+    Raises ``DDTreeArgumentError`` for a malformed "auto:..." value."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    if text == AUTO:
+        return AUTO_MAX_BUDGET
+    if not text.startswith(AUTO + ":"):
+        return None
+    largest = text[len(AUTO) + 1:].strip()
+    if not largest.isdigit() or not MIN_BUDGET <= int(largest) <= AUTO_MAX_BUDGET:
+        raise DDTreeArgumentError(
+            f"{BUDGET_FLAG} {value!r}: '{AUTO}:N' is budget {AUTO} with buckets up to N, an integer in "
+            f"[{MIN_BUDGET}, {AUTO_MAX_BUDGET}].")
+    return int(largest)
+
+
+def auto_budget_value(largest: int) -> str:
+    """The ``--speculative-ddtree-budget`` value of budget auto with buckets up to ``largest``."""
+    return AUTO if int(largest) == AUTO_MAX_BUDGET else f"{AUTO}:{int(largest)}"
+
+
 def check_budget(value: Any, *, allow_auto: bool = False):
-    """An int in [MIN_BUDGET, MAX_BUDGET] (or, with ``allow_auto``, "auto" in any case: returns ``AUTO``)."""
-    if allow_auto and isinstance(value, str) and value.strip().lower() == AUTO:
-        return AUTO
+    """An int in [MIN_BUDGET, MAX_BUDGET] (or, with ``allow_auto``, "auto" / "auto:N" in any case: returns its
+    canonical form, ``auto_budget_value``)."""
+    largest = auto_largest_bucket(value) if allow_auto else None
+    if largest is not None:
+        return auto_budget_value(largest)
     if allow_auto and (isinstance(value, bool) or not isinstance(value, int)):
         raise DDTreeArgumentError(
             f"{BUDGET_FLAG} must be an integer in [{MIN_BUDGET}, {MAX_BUDGET}] or '{AUTO}', got {value!r} "
@@ -90,13 +118,13 @@ def bucket_budgets(max_budget: int, *, smallest: int = 1) -> tuple:
 
 
 def parse_budget_arg(text: str):
-    """argparse ``type=`` of --speculative-ddtree-budget: an integer or "auto"; the range is checked at
+    """argparse ``type=`` of --speculative-ddtree-budget: an integer, "auto" or "auto:N"; the range is checked at
     validation (``check_budget``), which names the flag."""
     import argparse
 
     stripped = text.strip()
-    if stripped.lower() == AUTO:
-        return AUTO
+    if stripped.lower() == AUTO or stripped.lower().startswith(AUTO + ":"):
+        return stripped.lower()
     try:
         return int(stripped)
     except ValueError:
@@ -225,9 +253,10 @@ class DDTreeConfig:
             raise ValueError("DDTreeConfig.from_server_args needs server args validated for DDTREE.")
         server_args = resolved_args(server_args)
         budget = server_args.speculative_ddtree_budget
-        adaptive = isinstance(budget, str) and budget.strip().lower() == AUTO
+        largest = auto_largest_bucket(budget)
+        adaptive = largest is not None
         return cls(
-            budget=AUTO_MAX_BUDGET if adaptive else int(budget),
+            budget=largest if adaptive else int(budget),
             topk=int(server_args.speculative_ddtree_topk),
             block_size=int(server_args.speculative_dflash_block_size),
             adaptive=adaptive,

@@ -268,7 +268,9 @@ def _hybrid_note() -> str:
             f"SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a GPU); with the radix cache use "
             f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
             f"--disable-overlap-schedule; each tree row keeps a conv + SSM state (budget + 1 rows per request, "
-            f"budget auto: its largest bucket's {AUTO_MAX_BUDGET + 1}), checked against the GPU at start")
+            f"budget auto: its largest bucket's, {AUTO_MAX_BUDGET + 1} or, where those states would take more than "
+            f"{hybrid_args.AUTO_STATE_SHARE:g} of --mem-fraction-static, the largest bucket within it), checked "
+            f"against the GPU at start")
 
 
 def _paged_note() -> str:

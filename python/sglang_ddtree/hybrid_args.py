@@ -15,7 +15,7 @@ the package's one environment switch for hybrid targets and imports neither torc
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Optional, Tuple
 
 from sglang_ddtree.config import AUTO, BUDGET_FLAG, DDTreeArgumentError, env_switch
 
@@ -143,6 +143,36 @@ def largest_fitting_budget(per_node_bytes: int, max_running_requests: int, capac
     its width buckets must not exceed this (the pool is sized for the largest bucket)."""
     rows = int(float(capacity_bytes) * float(mem_fraction) // (int(per_node_bytes) * max(int(max_running_requests), 1)))
     return rows - 1
+
+
+# Budget auto on a hybrid target keeps its per-row states within this share of --mem-fraction-static of the GPU
+# (the rest for weights, the KV cache and activations): e.g. the Qwen3.5-9B shape at 48 requests on an H200 at 0.9
+# gets buckets up to 15 (16 rows, 36.8 GiB: what DFLASH's 16-row verify keeps there), at 16 requests all up to 63.
+AUTO_STATE_SHARE = 0.5
+
+
+def auto_largest_fitting_bucket(server_args) -> Optional[Tuple[int, str]]:
+    """(the largest budget-auto bucket (``config.bucket_budgets(AUTO_MAX_BUDGET)``, 0 excluded) whose per-row states
+    for ``--max-running-requests`` requests take at most ``AUTO_STATE_SHARE`` of ``--mem-fraction-static`` of the
+    GPU, 0 when not even bucket 1 does; the numbers, for the log), or None where that cannot be told here (no GPU
+    capacity, not a Gated DeltaNet target: the later checks then decide)."""
+    from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
+
+    from sglang_ddtree.config import AUTO_MAX_BUDGET, bucket_budgets
+
+    capacity = _gpu_capacity_bytes(server_args)
+    text = hybrid_gdn_config(server_args.get_model_config())
+    if capacity is None or text is None:
+        return None
+    per_node = gdn_state_bytes_per_node(text, int(server_args.tp_size))
+    reqs = int(server_args.max_running_requests or 1)
+    fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
+    fits = largest_fitting_budget(per_node, reqs, capacity, fraction * AUTO_STATE_SHARE)
+    largest = max([b for b in bucket_budgets(AUTO_MAX_BUDGET) if 1 <= b <= fits], default=0)
+    return largest, (f"{per_node / MIB:.2f} MiB per row x {reqs} requests (--max-running-requests): "
+                     f"{intermediate_state_bytes(per_node, largest + 1, reqs) / GIB:.1f} GiB at {largest + 1} rows, "
+                     f"at most {AUTO_STATE_SHARE:g} of {fraction:g} (--mem-fraction-static) of this GPU's "
+                     f"{capacity / GIB:.1f} GiB")
 
 
 def budget_text(budget: int, auto: bool) -> str:

@@ -52,7 +52,8 @@ class DDTreeServerArgs(ServerArgs):
             "accept more tokens per round but cost more verify compute; the best value shrinks as "
             f"the batch grows. Range [{MIN_BUDGET}, {MAX_BUDGET}], or '{AUTO}': every round picks "
             f"the budget (0 = no drafting, 1, 3, 7, ... {AUTO_MAX_BUDGET}) with the most expected "
-            f"tokens per second for the batch, from costs measured on this GPU; default {DEFAULT_BUDGET}.",
+            f"tokens per second for the batch, from costs measured on this GPU ('{AUTO}:N': buckets up to N); "
+            f"default {DEFAULT_BUDGET}.",
             type_parser=parse_budget_arg,
         ),
     ] = None

@@ -10,7 +10,9 @@ tokens per request with fan-out ``topk``:
     speculative_num_steps = 1, speculative_eagle_topk = topk,
     speculative_num_draft_tokens = budget + 1, speculative_dflash_block_size = L.
 With ``--speculative-ddtree-budget auto`` the field keeps "auto" and every width-sized field is sized by the
-largest bucket (``config.AUTO_MAX_BUDGET``); each round verifies one bucket (``worker.widths``).
+largest bucket (``config.AUTO_MAX_BUDGET``); each round verifies one bucket (``worker.widths``). On a hybrid target
+whose per-row states would not fit with that bucket, the field becomes "auto:N" (buckets up to N; logged), the
+form a user may also give.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from sglang_ddtree.config import (
     TOPK_FLAG,
     DDTreeArgumentError,
     DDTreeConfig,
+    auto_budget_value,
+    auto_largest_bucket,
     check_budget,
     check_topk,
     env_switch,
 )
+from sglang_ddtree.hybrid_args import auto_largest_fitting_bucket
 from sglang_ddtree.hybrid_args import check_server_args as check_hybrid_server_args
 from sglang_ddtree.hybrid_args import check_release as check_hybrid_release
 
@@ -64,7 +69,8 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     _reject_hand_set_derived_fields(server_args)
     requested = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", DEFAULT_BUDGET),
                              allow_auto=True)
-    budget = AUTO_MAX_BUDGET if requested == AUTO else requested  # auto: the largest bucket sizes every shape
+    auto_largest = auto_largest_bucket(requested)  # None: a fixed budget
+    budget = requested if auto_largest is None else auto_largest  # auto: the largest bucket sizes every shape
     topk = check_topk(_value_or_default(server_args, "speculative_ddtree_topk", DEFAULT_TOPK))
     if topk > budget:
         logger.warning(
@@ -81,7 +87,7 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
                                                     "speculative_ddtree_topk": topk})
 
     _check_platform_and_parallelism(server_args)
-    if requested == AUTO:
+    if auto_largest is not None:
         family = adapter().family
         if family != "0.5.16":
             raise DDTreeArgumentError(
@@ -89,7 +95,7 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
                 f"from the server args; from 0.5.17 backends read the process-wide get_spec()), installed family "
                 f"{family}; use a fixed budget."
             )
-    if requested == AUTO and server_args.tp_size > 1 and not auto_tp_enabled():
+    if auto_largest is not None and server_args.tp_size > 1 and not auto_tp_enabled():
         raise DDTreeArgumentError(
             f"{BUDGET_FLAG} {AUTO} with --tp-size {server_args.tp_size} is not yet verified on GPUs (the ranks agree "
             f"on every round's width, CPU-tested only); use a fixed budget, or set {AUTO_TP_ENV}=1 to try it."
@@ -111,12 +117,28 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     _handle_dflash(server_args)
     block_size = int(resolved_view(server_args).speculative_num_draft_tokens)  # a declaration from 0.5.19
 
-    adapter().resolve_fields(server_args, _SOURCE, {
-        "speculative_dflash_block_size": block_size, "speculative_num_steps": 1, "speculative_eagle_topk": topk,
-        "speculative_num_draft_tokens": budget + 1})
-    config = DDTreeConfig.from_server_args(server_args)
     hf_config = _target_hf_config(server_args)
-    if hf_config is not None and is_hybrid_linear_attention(hf_config):  # release checked (_check_unsupported_features)
+    hybrid = hf_config is not None and is_hybrid_linear_attention(hf_config)
+    fields = {"speculative_dflash_block_size": block_size, "speculative_num_steps": 1}
+    if hybrid and requested == AUTO:
+        # plain auto on a hybrid target: its buckets stop where the per-row states still fit (max running requests
+        # is known now, from _handle_dflash); "auto:N" the user gave is checked as given (check_hybrid_server_args)
+        fit = auto_largest_fitting_bucket(server_args)
+        if fit is not None and 1 <= fit[0] < budget:
+            requested, budget = auto_budget_value(fit[0]), fit[0]
+            logger.warning(
+                "DDTREE: %s %s on this hybrid target verifies buckets up to %d (%s=%s): every tree row keeps its own "
+                "recurrent state, %s; give %s %s:N (N <= %d) or fewer --max-running-requests to change it.",
+                BUDGET_FLAG, AUTO, budget, BUDGET_FLAG, requested, fit[1], BUDGET_FLAG, AUTO, AUTO_MAX_BUDGET)
+            if topk > budget:
+                logger.warning("DDTREE: %s=%d exceeds budget auto's largest bucket %d here; using %s=%d.",
+                               TOPK_FLAG, topk, budget, TOPK_FLAG, budget)
+                topk = budget
+            fields.update(speculative_ddtree_budget=requested, speculative_ddtree_topk=topk)
+    fields.update(speculative_eagle_topk=topk, speculative_num_draft_tokens=budget + 1)
+    adapter().resolve_fields(server_args, _SOURCE, fields)
+    config = DDTreeConfig.from_server_args(server_args)
+    if hybrid:  # release checked (_check_unsupported_features)
         # its own page-size rule (PAGED_ENV beyond its verified configuration) and verified-configuration rule;
         # with budget auto the per-row states are sized (and checked) for its largest bucket, which every narrower
         # bucket's verify reuses (worker/hybrid.py)

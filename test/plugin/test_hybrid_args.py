@@ -18,8 +18,9 @@ GIB = 1 << 30
 def _qwen3_next(**kw):
     from sglang.srt.configs.qwen3_next import Qwen3NextConfig
 
-    cfg = Qwen3NextConfig(vocab_size=512, hidden_size=256, num_hidden_layers=8, num_attention_heads=2,
-                          num_key_value_heads=1, head_dim=128, full_attention_interval=4, **kw)
+    base = dict(vocab_size=512, hidden_size=256, num_hidden_layers=8, num_attention_heads=2, num_key_value_heads=1,
+                head_dim=128, full_attention_interval=4)
+    cfg = Qwen3NextConfig(**{**base, **kw})
     cfg.architectures = ["Qwen3NextForCausalLM"]
     return cfg
 
@@ -104,6 +105,32 @@ def test_budget_auto_is_checked_at_its_largest_bucket_and_says_so():
     hybrid_args.check_intermediate_state_fits(per_node, 63, 31, cap, 0.9, auto=True)  # the suggestion fits
     with pytest.raises(DDTreeArgumentError, match=r"budget auto does not fit even one request"):
         hybrid_args.check_intermediate_state_fits(4 * GIB, 63, 48, cap, 0.9, auto=True)
+
+
+def test_budget_auto_buckets_stop_where_the_states_fit_in_half_the_static_fraction(monkeypatch):
+    """``auto_largest_fitting_bucket``: the largest 2^k - 1 bucket whose per-row states for the running requests take
+    at most AUTO_STATE_SHARE (0.5) of --mem-fraction-static of the GPU, with the numbers for the log; the Qwen3.5-9B
+    shape at 48 requests on an H200 gets 15 (README's memory table: 786 MiB a request at 16 rows)."""
+    from sglang_ddtree.config import bucket_budgets
+
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 140.4 * GIB)
+    qwen35_9b = _qwen3_next(num_hidden_layers=32, linear_num_key_heads=16,
+                            linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
+                            linear_conv_kernel_dim=4)
+    per_node = hybrid_args.gdn_state_bytes_per_node(qwen35_9b, 1)
+    assert abs(per_node / (1 << 20) - 49.1) < 0.1  # README: 49.1 MiB per row (24 GDN layers)
+    largest, numbers = hybrid_args.auto_largest_fitting_bucket(_server_args(qwen35_9b, max_running_requests=48))
+    assert largest == 15
+    assert numbers == ("49.12 MiB per row x 48 requests (--max-running-requests): 36.8 GiB at 16 rows, at most 0.5 "
+                       "of 0.9 (--mem-fraction-static) of this GPU's 140.4 GiB")
+    for reqs in (1, 8, 16, 24, 48, 96, 200, 2000):  # exactly the largest bucket within half the fraction
+        got, _ = hybrid_args.auto_largest_fitting_bucket(_server_args(qwen35_9b, max_running_requests=reqs))
+        room = 140.4 * GIB * 0.9 * 0.5
+        fitting = [b for b in bucket_budgets(63) if b >= 1 and (b + 1) * per_node * reqs <= room]
+        assert got == max(fitting, default=0), reqs
+    assert hybrid_args.auto_largest_fitting_bucket(_server_args(qwen35_9b, max_running_requests=16))[0] == 63
+    monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: None)
+    assert hybrid_args.auto_largest_fitting_bucket(_server_args(qwen35_9b)) is None  # no GPU to tell
 
 
 # ---- flag combinations ---------------------------------------------------------------------------------------
@@ -265,7 +292,8 @@ def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
             "to try others); --page-size > 1 there with a fixed budget (GPU-verified at 16 / 64; with budget auto or "
             "beyond triton / tp 1 only with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a GPU)") in note
     assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in note
-    assert "budget + 1 rows per request, budget auto: its largest bucket's 64" in note
+    assert ("budget + 1 rows per request, budget auto: its largest bucket's, 64 or, where those states would take "
+            "more than 0.5 of --mem-fraction-static, the largest bucket within it)") in note
     monkeypatch.setenv(hybrid_args.ENV, "1")
     assert "EXPERIMENTAL beyond --attention-backend triton / tp 1 (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1)" in \
         doctor._hybrid_note()

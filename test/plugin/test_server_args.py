@@ -213,6 +213,72 @@ def test_budget_auto_sizes_every_shape_by_the_largest_bucket(parse, engine_args,
 
 
 @needs_auto_release
+@pytest.mark.parametrize("value, largest", [("auto:31", 31), ("AUTO:7", 7), ("auto:63", 63), ("auto: 20", 20)])
+def test_budget_auto_with_its_largest_bucket_named(parse, engine_args, tiny_configs, value, largest):
+    """``auto:N``: budget auto whose buckets stop at N (what validation writes for a hybrid target whose per-row
+    states would not fit with 63); canonical form kept, every width sized by N."""
+    from sglang_ddtree.config import DDTreeConfig, bucket_budgets
+
+    for sa in (parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"],
+                     "--speculative-ddtree-budget", value),
+               engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                           speculative_ddtree_budget=value)):
+        view = resolved(sa)
+        assert view.speculative_ddtree_budget == ("auto" if largest == 63 else f"auto:{largest}")
+        assert view.speculative_num_draft_tokens == largest + 1 and view.speculative_eagle_topk == min(8, largest)
+        cfg = DDTreeConfig.from_server_args(sa)
+        assert cfg.adaptive and cfg.budget == largest and cfg.buckets == bucket_budgets(largest)
+
+
+@pytest.mark.parametrize("value", ["auto:0", "auto:64", "auto:x", "auto:"])
+def test_budget_auto_with_a_bad_largest_bucket_is_one_line(engine_args, tiny_configs, value):
+    with pytest.raises(ValueError, match=rf"^--speculative-ddtree-budget '{value}': 'auto:N' is budget auto with "
+                                         r"buckets up to N, an integer in \[1, 63\]\.$"):
+        engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
+                    speculative_ddtree_budget=value)
+
+
+@needs_auto_release
+def test_budget_auto_on_a_hybrid_target_stops_its_buckets_where_the_states_fit(engine_args, tiny_configs,
+                                                                               hybrid_target, ddtree_logs,
+                                                                               monkeypatch):
+    """Plain ``auto`` on a hybrid target: validation asks ``hybrid_args.auto_largest_fitting_bucket`` (its numbers:
+    test_hybrid_args.py) and, where the full set would not fit, resolves the budget to ``auto:N`` with one warning
+    naming the numbers and how to change it; a user's ``auto:N`` and a dense target's ``auto`` are kept. (Upstream's
+    own Mamba checks need a GPU, so the dense tiny target stands in with the hybrid config read instead.)"""
+    from transformers import AutoConfig
+
+    from sglang_ddtree import validation
+    from sglang_ddtree.config import DDTreeConfig
+
+    hybrid = AutoConfig.from_pretrained(hybrid_target)
+    checked, fit = [], {"bucket": 7}
+    monkeypatch.setattr(validation, "_target_hf_config", lambda sa: hybrid)
+    monkeypatch.setattr(validation, "check_hybrid_server_args", lambda sa, cfg: checked.append(cfg))
+    monkeypatch.setattr(validation, "auto_largest_fitting_bucket", lambda sa: (fit["bucket"], "NUMBERS"))
+    kw = dict(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    sa = engine_args(**kw, speculative_ddtree_budget="auto")
+    view = resolved(sa)
+    assert view.speculative_ddtree_budget == "auto:7"
+    assert view.speculative_num_draft_tokens == 8 and view.speculative_ddtree_topk == 7 == view.speculative_eagle_topk
+    cfg = DDTreeConfig.from_server_args(sa)
+    assert cfg.buckets == (0, 1, 3, 7) and checked[-1] == cfg
+    assert ("--speculative-ddtree-budget auto on this hybrid target verifies buckets up to 7 "
+            "(--speculative-ddtree-budget=auto:7): every tree row keeps its own recurrent state, NUMBERS; give "
+            "--speculative-ddtree-budget auto:N (N <= 63) or fewer --max-running-requests to change it.") in \
+        ddtree_logs.text
+    assert "--speculative-ddtree-topk=8 exceeds budget auto's largest bucket 7 here; using --speculative-ddtree-topk=7" \
+        in ddtree_logs.text
+    assert resolved(engine_args(**kw, speculative_ddtree_budget="auto:31")).speculative_ddtree_budget == "auto:31"
+    for bucket in (63, 0):  # all fit: auto as asked; none fits: left to check_hybrid_server_args' refusal
+        fit["bucket"] = bucket
+        assert resolved(engine_args(**kw, speculative_ddtree_budget="auto")).speculative_num_draft_tokens == 64
+    monkeypatch.setattr(validation, "_target_hf_config", lambda sa: None)  # a dense target: never asked
+    monkeypatch.setattr(validation, "auto_largest_fitting_bucket", lambda sa: pytest.fail("asked for a dense target"))
+    assert resolved(engine_args(**kw, speculative_ddtree_budget="auto")).speculative_ddtree_budget == "auto"
+
+
+@needs_auto_release
 def test_budget_auto_with_tensor_parallelism_only_behind_its_switch(engine_args, tiny_configs, monkeypatch):
     """The ranks' agreement on each round's width is CPU-tested only (test_auto_width.py), so --tp-size > 1 with
     budget auto is a one-line refusal naming the switch unless SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP=1."""
