@@ -156,7 +156,7 @@ def make_hybrid_commit(server_args, target_model_runner, log: bool) -> HybridSta
     rep = intermediate_state_report(target_model_runner) if log else None
     if rep is not None:
         logger.info(
-            "DDTREE hybrid target (experimental): per-node verify states %.1f MiB per request (%d rows), "
+            "DDTREE hybrid target: per-node verify states %.1f MiB per request (%d rows), "
             "%.2f GiB for %d request slots.", rep["per_request"] / 2**20, rep["steps"], rep["total"] / 2**30,
             rep["slots"],
         )
