@@ -25,6 +25,11 @@ ALGORITHM_NAME = "DDTREE"
 # --speculative-ddtree-budget: draft-tree nodes per request and round (the root, i.e. the bonus token
 # of the previous round, is extra, so the target verifies budget + 1 tokens per request).
 DEFAULT_BUDGET = 64
+# On a hybrid (Gated DeltaNet) target every tree row keeps its own recurrent state in every GDN layer, so rows cost
+# far more there: 15 (16 rows, DFLASH's verify width and state memory) is its default. At the Qwen3.5-9B shape on the
+# H200 its round cost 1.02-1.07x DFLASH's at c 1-16 (session 26, README "Hybrid speed"); budget 64's per-row states
+# for 48 requests (150 GiB there) do not fit one H200.
+HYBRID_DEFAULT_BUDGET = 15
 MIN_BUDGET = 1
 MAX_BUDGET = 1024  # verify width 1025 tokens/request; beyond this a forward is compute-bound anyway
 

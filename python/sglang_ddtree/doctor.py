@@ -249,7 +249,7 @@ def _hybrid_note() -> str:
     """What hybrid Mamba/GDN serving needs (``hybrid_args``)."""
     from sglang_ddtree import hybrid_args
     from sglang_ddtree.compat import adapter
-    from sglang_ddtree.config import AUTO_MAX_BUDGET
+    from sglang_ddtree.config import AUTO_MAX_BUDGET, HYBRID_DEFAULT_BUDGET
 
     try:
         beyond = hybrid_args.experimental()
@@ -267,7 +267,8 @@ def _hybrid_note() -> str:
             f"(GPU-verified at 16 / 64; with budget auto or beyond triton / tp 1 only with "
             f"SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a GPU); with the radix cache use "
             f"--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1) or no_buffer with "
-            f"--disable-overlap-schedule; each tree row keeps a conv + SSM state (budget + 1 rows per request, "
+            f"--disable-overlap-schedule; default budget {HYBRID_DEFAULT_BUDGET} there; each tree row keeps a conv + "
+            f"SSM state (budget + 1 rows per request, "
             f"budget auto: its largest bucket's, {AUTO_MAX_BUDGET + 1} or, where those states would take more than "
             f"{hybrid_args.AUTO_STATE_SHARE:g} of --mem-fraction-static, the largest bucket within it), checked "
             f"against the GPU at start")

@@ -24,6 +24,7 @@ from sglang_ddtree.config import (
     AUTO,
     AUTO_MAX_BUDGET,
     DEFAULT_BUDGET,
+    HYBRID_DEFAULT_BUDGET,
     DEFAULT_TOPK,
     DDTreeArgumentError,
     MAX_BUDGET,
@@ -53,7 +54,7 @@ class DDTreeServerArgs(ServerArgs):
             f"the batch grows. Range [{MIN_BUDGET}, {MAX_BUDGET}], or '{AUTO}': every round picks "
             f"the budget (0 = no drafting, 1, 3, 7, ... {AUTO_MAX_BUDGET}) with the most expected "
             f"tokens per second for the batch, from costs measured on this GPU ('{AUTO}:N': buckets up to N); "
-            f"default {DEFAULT_BUDGET}.",
+            f"default {DEFAULT_BUDGET} ({HYBRID_DEFAULT_BUDGET} on hybrid Gated DeltaNet targets).",
             type_parser=parse_budget_arg,
         ),
     ] = None

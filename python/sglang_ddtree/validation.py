@@ -33,6 +33,7 @@ from sglang_ddtree.config import (
     BUDGET_FLAG,
     DEFAULT_BUDGET,
     DEFAULT_TOPK,
+    HYBRID_DEFAULT_BUDGET,
     TOPK_FLAG,
     DDTreeArgumentError,
     DDTreeConfig,
@@ -67,17 +68,13 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     DDTREE cannot honour yet.
     """
     _reject_hand_set_derived_fields(server_args)
+    budget_given = getattr(server_args, "speculative_ddtree_budget", None) is not None
     requested = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", DEFAULT_BUDGET),
                              allow_auto=True)
     auto_largest = auto_largest_bucket(requested)  # None: a fixed budget
     budget = requested if auto_largest is None else auto_largest  # auto: the largest bucket sizes every shape
-    topk = check_topk(_value_or_default(server_args, "speculative_ddtree_topk", DEFAULT_TOPK))
-    if topk > budget:
-        logger.warning(
-            "DDTREE: %s=%d exceeds %s=%d; a node can have at most %d children, using %s=%d.",
-            TOPK_FLAG, topk, BUDGET_FLAG, budget, budget, TOPK_FLAG, budget,
-        )
-        topk = budget
+    topk = _topk_within(check_topk(_value_or_default(server_args, "speculative_ddtree_topk", DEFAULT_TOPK)), budget,
+                        f"{BUDGET_FLAG}={budget}")
     from sglang.srt.arg_groups.overrides import resolved_view
 
     from sglang_ddtree.compat import adapter
@@ -120,7 +117,13 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     hf_config = _target_hf_config(server_args)
     hybrid = hf_config is not None and is_hybrid_linear_attention(hf_config)
     fields = {"speculative_dflash_block_size": block_size, "speculative_num_steps": 1}
-    if hybrid and requested == AUTO:
+    if hybrid and not budget_given:
+        requested = budget = HYBRID_DEFAULT_BUDGET
+        logger.info("DDTREE: no %s given; using %d on this hybrid target (every tree row keeps its own recurrent "
+                    "state; the default is %d on dense targets).", BUDGET_FLAG, budget, DEFAULT_BUDGET)
+        topk = _topk_within(topk, budget, f"this hybrid target's default {BUDGET_FLAG}={budget}")
+        fields.update(speculative_ddtree_budget=requested, speculative_ddtree_topk=topk)
+    elif hybrid and requested == AUTO:
         # plain auto on a hybrid target: its buckets stop where the per-row states still fit (max running requests
         # is known now, from _handle_dflash); "auto:N" the user gave is checked as given (check_hybrid_server_args)
         fit = auto_largest_fitting_bucket(server_args)
@@ -130,10 +133,7 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
                 "DDTREE: %s %s on this hybrid target verifies buckets up to %d (%s=%s): every tree row keeps its own "
                 "recurrent state, %s; give %s %s:N (N <= %d) or fewer --max-running-requests to change it.",
                 BUDGET_FLAG, AUTO, budget, BUDGET_FLAG, requested, fit[1], BUDGET_FLAG, AUTO, AUTO_MAX_BUDGET)
-            if topk > budget:
-                logger.warning("DDTREE: %s=%d exceeds budget auto's largest bucket %d here; using %s=%d.",
-                               TOPK_FLAG, topk, budget, TOPK_FLAG, budget)
-                topk = budget
+            topk = _topk_within(topk, budget, f"budget {AUTO}'s largest bucket {budget} here")
             fields.update(speculative_ddtree_budget=requested, speculative_ddtree_topk=topk)
     fields.update(speculative_eagle_topk=topk, speculative_num_draft_tokens=budget + 1)
     adapter().resolve_fields(server_args, _SOURCE, fields)
@@ -163,6 +163,15 @@ def _log_flashinfer_plan(server_args) -> None:
         from sglang_ddtree.worker import flashinfer_plan
 
         logger.info(flashinfer_plan.describe())
+
+
+def _topk_within(topk: int, budget: int, which: str) -> int:
+    """``topk``, or ``budget`` (with one warning) where it exceeds it: a node has at most ``budget`` children."""
+    if topk > budget:
+        logger.warning("DDTREE: %s=%d exceeds %s; a node can have at most %d children, using %s=%d.",
+                       TOPK_FLAG, topk, which, budget, TOPK_FLAG, budget)
+        return budget
+    return topk
 
 
 def _value_or_default(server_args, name: str, default: int):

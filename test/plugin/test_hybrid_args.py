@@ -292,6 +292,7 @@ def test_doctor_says_what_hybrid_serving_needs(monkeypatch):
             "to try others); --page-size > 1 there with a fixed budget (GPU-verified at 16 / 64; with budget auto or "
             "beyond triton / tp 1 only with SGLANG_DDTREE_EXPERIMENTAL_PAGED=1, not yet verified on a GPU)") in note
     assert "--mamba-scheduler-strategy extra_buffer (--mamba-track-interval >= budget + 1)" in note
+    assert "--disable-overlap-schedule; default budget 15 there; each tree row keeps a conv + SSM state" in note
     assert ("budget + 1 rows per request, budget auto: its largest bucket's, 64 or, where those states would take "
             "more than 0.5 of --mem-fraction-static, the largest bucket within it)") in note
     monkeypatch.setenv(hybrid_args.ENV, "1")

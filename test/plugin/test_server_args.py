@@ -267,8 +267,8 @@ def test_budget_auto_on_a_hybrid_target_stops_its_buckets_where_the_states_fit(e
             "(--speculative-ddtree-budget=auto:7): every tree row keeps its own recurrent state, NUMBERS; give "
             "--speculative-ddtree-budget auto:N (N <= 63) or fewer --max-running-requests to change it.") in \
         ddtree_logs.text
-    assert "--speculative-ddtree-topk=8 exceeds budget auto's largest bucket 7 here; using --speculative-ddtree-topk=7" \
-        in ddtree_logs.text
+    assert ("--speculative-ddtree-topk=8 exceeds budget auto's largest bucket 7 here; a node can have at most 7 "
+            "children, using --speculative-ddtree-topk=7") in ddtree_logs.text
     assert resolved(engine_args(**kw, speculative_ddtree_budget="auto:31")).speculative_ddtree_budget == "auto:31"
     for bucket in (63, 0):  # all fit: auto as asked; none fits: left to check_hybrid_server_args' refusal
         fit["bucket"] = bucket
@@ -276,6 +276,40 @@ def test_budget_auto_on_a_hybrid_target_stops_its_buckets_where_the_states_fit(e
     monkeypatch.setattr(validation, "_target_hf_config", lambda sa: None)  # a dense target: never asked
     monkeypatch.setattr(validation, "auto_largest_fitting_bucket", lambda sa: pytest.fail("asked for a dense target"))
     assert resolved(engine_args(**kw, speculative_ddtree_budget="auto")).speculative_ddtree_budget == "auto"
+
+
+needs_hybrid_release = pytest.mark.skipif(not _auto_supported(),
+                                          reason="hybrid targets are served on SGLang 0.5.16 only "
+                                                 "(hybrid_args.check_release)")
+
+
+@needs_hybrid_release
+def test_a_hybrid_target_without_a_budget_gets_its_own_default(engine_args, tiny_configs, hybrid_target,
+                                                                ddtree_logs, monkeypatch):
+    """No --speculative-ddtree-budget on a hybrid target: HYBRID_DEFAULT_BUDGET (15: DFLASH's verify width and state
+    memory), logged; a topk above it capped with one warning; a budget the user gives is kept; dense targets keep
+    DEFAULT_BUDGET. (The dense tiny target stands in with the hybrid config read, as above.)"""
+    from transformers import AutoConfig
+
+    from sglang_ddtree import validation
+    from sglang_ddtree.config import DEFAULT_BUDGET, HYBRID_DEFAULT_BUDGET
+
+    hybrid = AutoConfig.from_pretrained(hybrid_target)
+    monkeypatch.setattr(validation, "_target_hf_config", lambda sa: hybrid)
+    monkeypatch.setattr(validation, "check_hybrid_server_args", lambda sa, cfg: None)
+    kw = dict(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    view = resolved(engine_args(**kw))
+    assert HYBRID_DEFAULT_BUDGET == 15
+    assert view.speculative_ddtree_budget == 15 and view.speculative_num_draft_tokens == 16
+    assert ("no --speculative-ddtree-budget given; using 15 on this hybrid target (every tree row keeps its own "
+            "recurrent state; the default is 64 on dense targets)") in ddtree_logs.text
+    view = resolved(engine_args(**kw, speculative_ddtree_topk=32))
+    assert view.speculative_ddtree_topk == 15 == view.speculative_eagle_topk
+    assert ("--speculative-ddtree-topk=32 exceeds this hybrid target's default --speculative-ddtree-budget=15; a node "
+            "can have at most 15 children, using --speculative-ddtree-topk=15") in ddtree_logs.text
+    assert resolved(engine_args(**kw, speculative_ddtree_budget=64)).speculative_num_draft_tokens == 65
+    monkeypatch.setattr(validation, "_target_hf_config", lambda sa: None)  # a dense target
+    assert resolved(engine_args(**kw)).speculative_num_draft_tokens == DEFAULT_BUDGET + 1
 
 
 @needs_auto_release
