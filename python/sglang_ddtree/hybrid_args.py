@@ -240,20 +240,27 @@ def check_server_args(server_args, config) -> None:
     # page sizes > 1 as the H200 verified them (session 26, `bash scripts/device/hybrid.sh paged_hybrid`: page 16 / 64
     # token-identical to page 1 on the sharp fixture, shared-prefix radix phase included;
     # benchmark/results/session26/paged_hybrid): in the configuration above (triton, tp 1), budgets 15 / 64, graphs and
-    # overlap on and off, the radix cache on extra_buffer (overlap on) and on no_buffer (overlap off)
-    paged_why = ((f"{BUDGET_FLAG} is {AUTO}" if auto else why) if paged else None)
+    # overlap on and off, the radix cache on extra_buffer (every DDTREE config there, overlap off included: SGLang
+    # 0.5.16 resolved the strategy to extra_buffer) or off (a subset: no track points); no_buffer never ran paged
+    radix = getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache
+    paged_why = None
+    if paged:
+        paged_why = (f"{BUDGET_FLAG} is {AUTO}" if auto else
+                     f"the radix cache runs on --mamba-scheduler-strategy {view.mamba_radix_cache_strategy}"
+                     if radix and not mamba_extra_buffer_of(view) else why)
     if paged_why is not None and not paged_kv_enabled():
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE on a hybrid target supports --page-size {view.page_size} only with "
-            f"--attention-backend {VERIFIED_ATTENTION_BACKEND}, --tp-size 1 and a fixed budget for now, but "
-            f"{paged_why} (use --page-size 1, or set {PAGED_ENV}=1 to try it: not yet verified on a GPU).")
+            f"--attention-backend {VERIFIED_ATTENTION_BACKEND}, --tp-size 1, a fixed budget and the radix cache off or "
+            f"on --mamba-scheduler-strategy extra_buffer for now, but {paged_why} (use --page-size 1, or set "
+            f"{PAGED_ENV}=1 to try it: not yet verified on a GPU).")
     if why is not None and not experimental():
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE on hybrid targets is GPU-verified with --attention-backend "
             f"{VERIFIED_ATTENTION_BACKEND} (the drafter's unset or the same) and --tp-size 1 only for now, but {why} "
             f"(use --attention-backend {VERIFIED_ATTENTION_BACKEND}, or set {ENV}=1 to try it: not yet verified on a "
             f"GPU).")
-    if getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache:
+    if radix:
         strategy = view.mamba_radix_cache_strategy
         if strategy == "extra_buffer_lazy":
             raise DDTreeArgumentError(

@@ -354,24 +354,25 @@ def test_a_local_hybrid_target_gets_the_verified_backend_when_none_is_named(hybr
 
 def test_page_sizes_above_1_on_a_hybrid_target_in_the_verified_configuration(monkeypatch, caplog):
     """--page-size 16 / 64 on a hybrid target: taken without any switch where the H200 verified it (session 26,
-    paged_hybrid: triton, tp 1, a fixed budget, radix on extra_buffer / on no_buffer without overlap / off), logged as
-    the verified configuration; budget auto, any backend beyond triton and tp > 1 need SGLANG_DDTREE_EXPERIMENTAL_PAGED
-    (one line naming the reason), and with it the start-up log says EXPERIMENTAL and why; beyond triton both
-    switches."""
+    paged_hybrid: triton, tp 1, a fixed budget, radix on extra_buffer or off), logged as the verified configuration;
+    budget auto, the radix cache on no_buffer, any backend beyond triton and tp > 1 need
+    SGLANG_DDTREE_EXPERIMENTAL_PAGED (one line naming the reason), and with it the start-up log says EXPERIMENTAL and
+    why; beyond triton both switches."""
     import logging
 
     monkeypatch.setattr(hybrid_args, "_gpu_capacity_bytes", lambda sa: 141.0 * GIB)
     monkeypatch.delenv("SGLANG_DDTREE_EXPERIMENTAL_PAGED", raising=False)
     monkeypatch.delenv(hybrid_args.ENV, raising=False)
     for page in (16, 64):
-        for kw in (dict(), dict(disable_radix_cache=True),
-                   dict(mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True)):
+        for kw in (dict(), dict(disable_radix_cache=True), dict(disable_overlap_schedule=True)):
             caplog.clear()
             with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
                 hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=page, **kw), _config(64))
             assert "the GPU-verified configuration" in caplog.text and "EXPERIMENTAL" not in caplog.text
     refused = [
         (dict(page_size=16), _config(63, adaptive=True), "--speculative-ddtree-budget is auto"),
+        (dict(page_size=16, mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True), _config(15),
+         "the radix cache runs on --mamba-scheduler-strategy no_buffer"),
         (dict(page_size=64, attention_backend="fa3"), _config(15), "the prefill attention backend is 'fa3'"),
         (dict(page_size=16, tp_size=2), _config(15), "--tp-size is 2"),
     ]

@@ -108,7 +108,7 @@ GROUPS = {  # one engine per name, the first the reference; a hybrid engine star
     "radix": ["plain", "dd_b64_noradix", "dd_b64_extra_buffer"],
     "tp2": ["plain_tp2", "dd_b15_tp2", "dd_b64_tp2_nooverlap"],  # 2 GPUs
     # --page-size 16 / 64 against the page-1 reference (issue 15 item 3): plain itself, DDTREE with graphs and
-    # overlap on and off, and through the radix cache (extra_buffer; no_buffer without overlap); both groups passed
+    # overlap on and off, and through the radix cache (extra_buffer: SGLang's choice whenever pages are > 1); both passed
     # on the H200 in session 26 (benchmark/results/session26/paged_hybrid)
     "paged": ["plain", "plain_p16", "dd_b15_p16", "dd_b64_p64"],
     "paged_modes": ["plain", "dd_b64_p16_nograph", "dd_b15_p64_nooverlap", "dd_b64_p16_extra_buffer"],
