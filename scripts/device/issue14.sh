@@ -33,6 +33,10 @@
 #     bash scripts/device/issue14.sh topk       # the draft head's top-K + logsumexp kernel per launch configuration
 #                                               # (benchmark/bench_topk_lse.py, checked exact), ~1 minute; torch +
 #                                               # triton only: can share a staging call (no .device carried)
+#     bash scripts/device/issue14.sh treeattn   # the fa3 verify's tree merge kernel per launch configuration
+#                                               # (benchmark/bench_tree_attention.py, checked against PyTorch) at the
+#                                               # Qwen3-8B head shape, bs 1-64, budgets 15 / 63, ~1-2 minutes; torch +
+#                                               # triton only: can share a staging call (no .device carried)
 #     bash scripts/device/issue14.sh power      # the c 32 clock question: one GEMM at the verify shape with distinct
 #                                               # rows vs repeated drafts vs identical rows, clock and power sampled
 #                                               # (benchmark/bench_gemm_power.py), ~1 minute, torch only
@@ -180,6 +184,17 @@ case "${1:-}" in
     timeout -k 5 "${TOPK_TIMEOUT_S:-240}" python3 benchmark/bench_topk_lse.py --rows 15,120,224,256 \
       --out "$OUT/topk_lse.json" 2>&1 | tail -n 12
     ;;
+  treeattn)
+    # the merge kernel's launch configurations (bench_tree_attention.py; session 26's reading: 230 us a round at
+    # c 16, the one verify kernel DFLASH has not), its kernel tests natively first; e.g. with a staging call:
+    # `bash scripts/device/stage.sh .fa3/part_00 && bash scripts/device/issue14.sh treeattn`, carry [".fa3/part_00"]
+    OUT=${OUT:-/tmp/treeattn_out}
+    mkdir -p "$OUT"
+    export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+    $PYT test/benchmark/test_bench_tree_attention.py test/worker/test_tree_attention_interp.py 2>&1 | tail -n 15
+    timeout -k 5 "${TREEATTN_TIMEOUT_S:-300}" python3 benchmark/bench_tree_attention.py \
+      --out "$OUT/tree_attention.json" 2>&1 | tail -n 14
+    ;;
   power)
     # does a GEMM's input data move the clock at the power cap? (bench_gemm_power.py: Qwen3-8B's gate_up at c 32 x
     # 16 rows, distinct rows vs DFLASH-like repeated drafts vs all rows alike, paired, with clock / power samples;
@@ -236,7 +251,7 @@ case "${1:-}" in
       "pair=python3 benchmark/bench_e2e.py --target \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().target)') --draft \$(python3 -c 'from sglang_ddtree.fixtures import tiny_pair_path as t; print(t().draft)') --configs plain,dflash,ddtree:15:8,ddtree:63:8,ddtree:64:8 --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_pair.json"
     ;;
   *)
-    echo "usage: $0 shape|close|fiplan [unit|shape]|fioverlap|fidefault [more]|topk|power|quick|kvgraph|verify|round" >&2
+    echo "usage: $0 shape|close|fiplan [unit|shape]|fioverlap|fidefault [more]|topk|treeattn|power|quick|kvgraph|verify|round" >&2
     exit 2
     ;;
 esac

@@ -18,7 +18,7 @@ from _interp_rerun import kernel_test_mode
 _RUN_HERE, _CUDA, DEV = kernel_test_mode(__file__, "SGLANG_DDTREE_TEST_TREE_ATTN_INTERP_CHILD", globals())
 if _RUN_HERE:
     from sglang_ddtree.tree import build_tree
-    from sglang_ddtree.worker.tree_attention import ancestor_bits, tree_attention_merge
+    from sglang_ddtree.worker.tree_attention import MergeLaunch, ancestor_bits, tree_attention_merge
 
     SENTINEL = 0x5A5A5A5A
 
@@ -165,6 +165,31 @@ if _RUN_HERE:
             if alias:
                 assert got is o_p
             torch.testing.assert_close(got.cpu().double(), want, **tol, msg=lambda m: f"{backend}: {m}")
+
+    LAUNCHES = [MergeLaunch(block_n=32, rows_per_program=32, max_heads=2, num_warps=2),
+                MergeLaunch(block_n=128, rows_per_program=16, max_heads=16, num_warps=1),
+                MergeLaunch(block_n=32, rows_per_program=128, max_heads=4, num_warps=8)]
+
+    @pytest.mark.parametrize("launch", range(len(LAUNCHES)))
+    @pytest.mark.parametrize("n, dtype", [(17, torch.bfloat16), (65, torch.float32)])
+    def test_other_launch_configurations_compute_the_same(launch, n, dtype):
+        """Tiles and warps other than the default (what bench_tree_attention.py times): the same attention, within
+        the same tolerance; heads of one KV head split over programs (max_heads 2 < G 4) included."""
+        bs, hq, hkv, d = 3, 8, 2, 64
+        q, k, v, pk, pv, parents = _problem(bs, n, hq, hkv, d, dtype, seed=11 + launch)
+        want, o_p64, lse_p64 = _references(q, k, v, pk, pv, parents, d ** -0.5)
+        bits = ancestor_bits(parents.to(DEV), _depth(parents), backend="triton")
+        got = tree_attention_merge(q.to(DEV), k.to(DEV), v.to(DEV), bits, o_p64.to(dtype).to(DEV),
+                                   lse_p64.float().T.contiguous().to(DEV), num_rows=n, sm_scale=d ** -0.5,
+                                   backend="triton", launch=LAUNCHES[launch])
+        tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(got.cpu().double(), want, **tol)
+
+    def test_launch_configurations_are_checked():
+        for bad in (dict(block_n=48), dict(block_n=16), dict(rows_per_program=8), dict(max_heads=3),
+                    dict(rows_per_program=16, max_heads=32), dict(num_warps=3)):
+            with pytest.raises(ValueError, match=next(iter(bad))):
+                MergeLaunch(**bad)
 
     @pytest.mark.parametrize("shape", ["chain", "flat"])
     def test_chain_is_causal_and_no_bits_is_self_only(shape):

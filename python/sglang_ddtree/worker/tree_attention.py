@@ -9,19 +9,51 @@ Softcap and sliding windows are not supported: the caller keeps upstream's path 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
 
 from sglang_ddtree.tree._common import cdiv, check, next_pow2, triton_interpreting, use_triton
 
-__all__ = ["ancestor_bits", "ancestor_bits_torch", "tree_attention_merge", "tree_attention_merge_torch"]
+__all__ = ["MergeLaunch", "ancestor_bits", "ancestor_bits_torch", "tree_attention_merge",
+           "tree_attention_merge_torch"]
 
 BITS_PER_WORD = 32
 _ANC_BLOCK_R = 16
 _BLOCK_N = 64  # keys per tile of the merge kernel (a multiple of BITS_PER_WORD)
 _ROWS_PER_PROGRAM = 64  # query rows (tree rows x heads) per program of the merge kernel
 _MAX_HEADS_PER_PROGRAM = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeLaunch:
+    """A launch configuration of the merge kernel; the default is what the verify runs. ``block_n``: keys per tile
+    (a power of two, a multiple of 32: at N = 16 tree rows the default 64 masks three quarters of its tile);
+    ``rows_per_program``: query rows (tree rows x heads) per program, a power of two >= 16 (``tl.dot``'s least M);
+    ``max_heads``: query heads of one KV head per program, a power of two; ``num_warps``: 0 = 8 from head dim 256,
+    else 4. ``benchmark/bench_tree_attention.py`` times others against it (results identical up to float
+    rounding: the same math over other tiles)."""
+
+    block_n: int = _BLOCK_N
+    rows_per_program: int = _ROWS_PER_PROGRAM
+    max_heads: int = _MAX_HEADS_PER_PROGRAM
+    num_warps: int = 0
+
+    def __post_init__(self):
+        pow2 = lambda x: isinstance(x, int) and x >= 1 and not x & (x - 1)  # noqa: E731
+        if not (pow2(self.block_n) and self.block_n % BITS_PER_WORD == 0 and self.block_n <= 256):
+            raise ValueError(f"block_n must be a power of two in [32, 256], got {self.block_n}")
+        if not (pow2(self.rows_per_program) and 16 <= self.rows_per_program <= 256):
+            raise ValueError(f"rows_per_program must be a power of two in [16, 256], got {self.rows_per_program}")
+        if not (pow2(self.max_heads) and self.max_heads <= self.rows_per_program):
+            raise ValueError(f"max_heads must be a power of two <= rows_per_program ({self.rows_per_program}), got "
+                             f"{self.max_heads}")
+        if self.num_warps not in (0, 1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be one of 0 (default), 1, 2, 4, 8, 16, got {self.num_warps}")
+
+
+DEFAULT_MERGE_LAUNCH = MergeLaunch()
 
 
 def num_words(num_rows: int) -> int:
@@ -174,7 +206,7 @@ def _dot_f32(dtype: torch.dtype) -> bool:
 def tree_attention_merge(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tree_bits: torch.Tensor, o_prefix: torch.Tensor,
     lse_prefix: torch.Tensor, *, num_rows: int, sm_scale: float, out: Optional[torch.Tensor] = None,
-    backend: str = "auto",
+    backend: str = "auto", launch: MergeLaunch = DEFAULT_MERGE_LAUNCH,
 ) -> torch.Tensor:
     """Attention of every tree row over its prefix and its ancestors, from the prefix part alone.
 
@@ -187,7 +219,7 @@ def tree_attention_merge(
     free. Returns ``out`` ([T, Hq, D], q's dtype; allocated when None, may be ``o_prefix`` itself): the
     softmax over [prefix, visible tree keys] times their values, i.e. the two parts merged by their LSEs.
     Float32 accumulation. No host sync; with ``out`` given nothing is allocated (CUDA-graph capturable).
-    ``backend``: auto | triton | torch.
+    ``backend``: auto | triton | torch. ``launch``: the Triton kernel's tiles and warps (``MergeLaunch``).
     """
     _check_merge(q, k, v, tree_bits, o_prefix, lse_prefix, num_rows, out)
     if not use_triton("tree_attention_merge", q.device, backend):
@@ -202,8 +234,8 @@ def tree_attention_merge(
         return out
     bs, hkv = t // num_rows, k.shape[1]
     group = hq // hkv
-    gb = min(next_pow2(group), _MAX_HEADS_PER_PROGRAM)
-    block_m = _ROWS_PER_PROGRAM // gb
+    gb = min(next_pow2(group), launch.max_heads)
+    block_m = launch.rows_per_program // gb
     groups_per_kv = cdiv(group, gb)
     grid = (cdiv(num_rows, block_m), bs, hkv * groups_per_kv)
     tree_attention_merge_kernel[grid](
@@ -212,7 +244,7 @@ def tree_attention_merge(
         o_prefix.stride(0), o_prefix.stride(1), lse_prefix.stride(0), lse_prefix.stride(1),
         out.stride(0), out.stride(1),
         num_rows, num_words(num_rows), group, groups_per_kv, float(sm_scale),
-        HEAD_DIM=d, GB=gb, BLOCK_M=block_m, BLOCK_N=_BLOCK_N, DOT_F32=_dot_f32(q.dtype),
-        num_warps=8 if d >= 256 else 4,
+        HEAD_DIM=d, GB=gb, BLOCK_M=block_m, BLOCK_N=launch.block_n, DOT_F32=_dot_f32(q.dtype),
+        num_warps=launch.num_warps or (8 if d >= 256 else 4),
     )
     return out
