@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -268,6 +269,24 @@ def positive_ints(text: str, flag: str, noun: str, example: str) -> list:
     if not out or any(v < 1 for v in out):
         raise ValueError(f"{flag} {text!r}: comma-separated {noun} >= 1, e.g. {example}")
     return out
+
+
+def event_median_us(fn, iters: int, digits: int = 1) -> float:
+    """Median CUDA-event time of ``fn()`` in microseconds over ``iters`` calls, each timed alone, after one untimed
+    call (compile / warm-up); the kernel benchmarks' timer."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return round(statistics.median(times), digits)
 
 
 def write_report(path: str, argv, **sections) -> dict:

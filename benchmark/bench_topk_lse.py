@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from typing import List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import positive_ints, write_report  # noqa: E402
+from bench_e2e import event_median_us, positive_ints, write_report  # noqa: E402
 
 DEFAULT_CONFIGS = "4096x8,8192x8,16384x16,threshold:4096x8,threshold:8192x8,threshold:2048x4"
 
@@ -68,20 +67,6 @@ def config_name(block: int, warps: int, select: str = "all") -> str:
     return f"{block}x{warps}" if select == "all" else f"{select}:{block}x{warps}"
 
 
-def _event_us(torch, fn, iters: int) -> float:
-    fn()  # compile / warm up
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return round(statistics.median(times), 1)
-
-
 def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple[int, int]], iters: int) -> dict:
     import torch
 
@@ -99,8 +84,8 @@ def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple
         val = torch.empty((rows, topk), dtype=torch.float32, device="cuda")
         ids = torch.empty((rows, topk), dtype=torch.int64, device="cuda")
         lse = torch.empty((rows,), dtype=torch.float32, device="cuda")
-        rec = {"torch_topk_logsumexp_us": _event_us(
-            torch, lambda: (logits.float().topk(topk, dim=-1), torch.logsumexp(logits.float(), dim=-1)), iters)}
+        rec = {"torch_topk_logsumexp_us": event_median_us(
+            lambda: (logits.float().topk(topk, dim=-1), torch.logsumexp(logits.float(), dim=-1)), iters)}
         for block, warps, select in configs:
             key = config_name(block, warps, select)
             try:
@@ -110,8 +95,8 @@ def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple
                 continue
             exact = bool(torch.equal(val, want_val) and torch.equal(ids, order))
             lse_ok = bool(torch.allclose(lse, want_lse, rtol=2e-5, atol=0))
-            us = _event_us(torch, lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
-                                                   num_warps=warps, select=select), iters)
+            us = event_median_us(lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
+                                                  num_warps=warps, select=select), iters)
             rec[key] = {"us": us, "exact": exact, "lse_ok": lse_ok}
         ok = {k: v["us"] for k, v in rec.items() if isinstance(v, dict) and v.get("exact") and v.get("lse_ok")}
         rec["fastest"] = min(ok, key=ok.get) if ok else None

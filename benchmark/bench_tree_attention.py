@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from typing import List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import positive_ints, write_report  # noqa: E402
+from bench_e2e import event_median_us, positive_ints, write_report  # noqa: E402
 
 DEFAULT_CONFIGS = "64x64x16x0,32x64x16x0,32x32x16x0,32x16x16x0,32x64x16x2,32x32x16x2,32x64x2x0,32x128x16x8,64x32x16x0"
 TOLERANCE = 2e-2  # bf16 (atol = rtol), as test/worker/test_tree_attention_interp.py
@@ -65,20 +64,6 @@ def parse_configs(text: str) -> List[Tuple[int, int, int, int]]:
 
 def config_name(block_n: int, rows: int, heads: int, warps: int) -> str:
     return f"{block_n}x{rows}x{heads}x{warps}"
-
-
-def _event_us(torch, fn, iters: int) -> float:
-    fn()  # compile / warm up
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return round(statistics.median(times), 2)
 
 
 def _inputs(torch, bs: int, n: int, hq: int, hkv: int, d: int, seed: int):
@@ -124,7 +109,8 @@ def run(bs_list: Sequence[int], budgets: Sequence[int], hq: int, hkv: int, d: in
                     continue
                 err = (res.float() - want).abs()
                 ok = bool((err <= TOLERANCE + TOLERANCE * want.abs()).all())
-                rec[key] = {"us": _event_us(torch, call, iters), "ok": ok, "max_abs_err": round(float(err.max()), 5)}
+                rec[key] = {"us": event_median_us(call, iters, digits=2), "ok": ok,
+                            "max_abs_err": round(float(err.max()), 5)}
             good = {key: r["us"] for key, r in rec.items() if r.get("ok")}
             default = config_name(*configs[0])
             fastest = min(good, key=good.get) if good else None

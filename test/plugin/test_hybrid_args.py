@@ -394,4 +394,5 @@ def test_page_sizes_above_1_on_a_hybrid_target_in_the_verified_configuration(mon
     with caplog.at_level(logging.INFO, logger=hybrid_args.__name__):
         hybrid_args.check_server_args(_server_args(_qwen3_next(), page_size=16, attention_backend="fa3"), _config(15))
     assert ("EXPERIMENTAL (SGLANG_DDTREE_EXPERIMENTAL_HYBRID=1: the prefill attention backend is 'fa3'; "
-            "SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size 16, the prefill attention backend is 'fa3')") in caplog.text
+            "SGLANG_DDTREE_EXPERIMENTAL_PAGED=1: --page-size 16, the prefill attention backend is 'fa3')") \
+        in caplog.text
