@@ -34,8 +34,7 @@ import time
 from typing import List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import write_report  # noqa: E402
-from bench_topk_lse import _event_us  # noqa: E402
+from bench_e2e import event_median_us, write_report  # noqa: E402
 from gpu_clocks import GpuSampler  # noqa: E402
 
 PATTERNS = ("distinct", "block16", "same")
@@ -71,7 +70,7 @@ def measure(x, w, seconds: float) -> dict:
     """Run ``x @ w`` back to back for ``seconds`` while sampling the GPU; ms per GEMM and the sampler summary."""
     import torch
 
-    per_ms = max(_event_us(torch, lambda: torch.matmul(x, w), 20) / 1000.0, 1e-3)  # sizes the loop
+    per_ms = max(event_median_us(lambda: torch.matmul(x, w), 20) / 1000.0, 1e-3)  # sizes the loop
     iters = max(20, int(seconds * 1000 / per_ms))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with GpuSampler(every_s=0.25) as sampler:
