@@ -151,6 +151,12 @@ def largest_fitting_budget(per_node_bytes: int, max_running_requests: int, capac
 AUTO_STATE_SHARE = 0.5
 
 
+def _state_inputs(server_args, text_config) -> Tuple[int, int, float]:
+    """(bytes per verify row, --max-running-requests, --mem-fraction-static) of the per-row state memory checks."""
+    return (gdn_state_bytes_per_node(text_config, int(server_args.tp_size)), int(server_args.max_running_requests or 1),
+            float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION))
+
+
 def auto_largest_fitting_bucket(server_args) -> Optional[Tuple[int, str]]:
     """(the largest budget-auto bucket (``config.bucket_budgets(AUTO_MAX_BUDGET)``, 0 excluded) whose per-row states
     for ``--max-running-requests`` requests take at most ``AUTO_STATE_SHARE`` of ``--mem-fraction-static`` of the
@@ -164,9 +170,7 @@ def auto_largest_fitting_bucket(server_args) -> Optional[Tuple[int, str]]:
     text = hybrid_gdn_config(server_args.get_model_config())
     if capacity is None or text is None:
         return None
-    per_node = gdn_state_bytes_per_node(text, int(server_args.tp_size))
-    reqs = int(server_args.max_running_requests or 1)
-    fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
+    per_node, reqs, fraction = _state_inputs(server_args, text)
     fits = largest_fitting_budget(per_node, reqs, capacity, fraction * AUTO_STATE_SHARE)
     largest = max([b for b in bucket_budgets(AUTO_MAX_BUDGET) if 1 <= b <= fits], default=0)
     return largest, (f"{per_node / MIB:.2f} MiB per row x {reqs} requests (--max-running-requests): "
@@ -243,11 +247,13 @@ def check_server_args(server_args, config) -> None:
     # overlap on and off, the radix cache on extra_buffer (every DDTREE config there, overlap off included: SGLang
     # 0.5.16 resolved the strategy to extra_buffer) or off (a subset: no track points); no_buffer never ran paged
     radix = getattr(view, "uses_mamba_radix_cache", False) and not view.disable_radix_cache
-    paged_why = None
-    if paged:
-        paged_why = (f"{BUDGET_FLAG} is {AUTO}" if auto else
-                     f"the radix cache runs on --mamba-scheduler-strategy {view.mamba_radix_cache_strategy}"
-                     if radix and not mamba_extra_buffer_of(view) else why)
+    paged_why = None  # why this page size > 1 is outside that configuration
+    if paged and auto:
+        paged_why = f"{BUDGET_FLAG} is {AUTO}"
+    elif paged and radix and not mamba_extra_buffer_of(view):
+        paged_why = f"the radix cache runs on --mamba-scheduler-strategy {view.mamba_radix_cache_strategy}"
+    elif paged:
+        paged_why = why
     if paged_why is not None and not paged_kv_enabled():
         raise DDTreeArgumentError(
             f"--speculative-algorithm DDTREE on a hybrid target supports --page-size {view.page_size} only with "
@@ -275,9 +281,7 @@ def check_server_args(server_args, config) -> None:
             raise DDTreeArgumentError(
                 "--mamba-scheduler-strategy no_buffer needs --disable-overlap-schedule; with the overlap "
                 "scheduler use --mamba-scheduler-strategy extra_buffer (or --disable-radix-cache).")
-    per_node = gdn_state_bytes_per_node(text, int(server_args.tp_size))
-    reqs = int(server_args.max_running_requests or 1)
-    fraction = float(server_args.mem_fraction_static or DEFAULT_MEM_FRACTION)
+    per_node, reqs, fraction = _state_inputs(server_args, text)
     check_intermediate_state_fits(per_node, config.budget, reqs, _gpu_capacity_bytes(server_args), fraction, auto=auto)
     beyond = [f"{ENV}=1: {why}"] if why is not None else []
     if paged_why is not None:
