@@ -914,12 +914,16 @@ def _check(ap, args) -> None:
         args.table = load_accept_table(args.accept_table) if args.accept_table else PAPER_ACCEPT
     except (OSError, ValueError) as e:
         ap.error(str(e))
-    if any(is_auto(s) for s in args.configs):
-        args.table = with_small_budgets(args.table, AUTO_BUCKETS)
-        if "assumed" in args.table:
-            print(f"[bench_shape] ddtree:auto buckets {args.table['assumed']['budgets']} lie below the accept table: "
-                  f"assumed {args.table['assumed']['rule']}: " + ", ".join(
-                      f"{b}: {args.table['ddtree'][str(b)]}" for b in args.table["assumed"]["budgets"]), flush=True)
+    # Every DDTREE budget below the table (auto's buckets, fixed budgets) gets the one stated assumption, whatever
+    # else runs: until session 27 a fixed budget 15 was clamped to the table's 8.61 unless an auto config ran
+    # beside it, and then got DFLASH's chain (7.79), so one config's projection depended on the others.
+    small = set(AUTO_BUCKETS) if any(is_auto(s) for s in args.configs) else set()
+    small |= {b for k, b in map(config_key, args.configs) if k == "ddtree" and isinstance(b, int)}
+    args.table = with_small_budgets(args.table, sorted(small))
+    if "assumed" in args.table:
+        print(f"[bench_shape] ddtree budgets {args.table['assumed']['budgets']} lie below the accept table: "
+              f"assumed {args.table['assumed']['rule']}: " + ", ".join(
+                  f"{b}: {args.table['ddtree'][str(b)]}" for b in args.table["assumed"]["budgets"]), flush=True)
     for spec in args.configs:  # an estimate: prompt + new tokens + the verified block or tree per request
         kind, budget = config_key(spec)
         tree = budget + 1 if isinstance(budget, int) else AUTO_MAX_BUDGET + 1  # auto: its largest bucket

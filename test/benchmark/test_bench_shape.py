@@ -435,9 +435,24 @@ def test_paper_table_states_its_assumption_for_small_auto_buckets(tmp_path):
     proc = _cli("--out", str(out), "--configs", AUTO, "--concurrency", "1", "--repeats", "1",
                 "--new-tokens", "16", "--base-tokens", "8", "--model-dir", str(tmp_path / "models"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "ddtree:auto buckets [1, 3, 7, 15] lie below the accept table: assumed DFLASH chain" in proc.stdout
+    assert "ddtree budgets [1, 3, 7, 15] lie below the accept table: assumed DFLASH chain" in proc.stdout
     table = json.loads(out.read_text())["accept_table"]
     assert table["assumed"]["budgets"] == [1, 3, 7, 15] and table["ddtree"]["15"] == pytest.approx(7.79, abs=1e-3)
+
+
+def test_a_fixed_small_budget_is_projected_alike_with_or_without_auto_beside_it(tmp_path):
+    """Budget 15 lies below the paper's table (it starts at 16): it gets DFLASH's chain (7.79 tokens) whether or not
+    an auto config runs in the same call (session 26's c 16 run without auto had clamped it to 8.61)."""
+    taus = []
+    for configs in ("dflash,ddtree:15:8", f"dflash,ddtree:15:8,{AUTO}"):
+        out = tmp_path / f"{len(taus)}.json"
+        proc = _cli("--out", str(out), "--configs", configs, "--concurrency", "1", "--repeats", "1",
+                    "--new-tokens", "16", "--base-tokens", "8", "--model-dir", str(tmp_path / "models"))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "lie below the accept table: assumed DFLASH chain" in proc.stdout
+        rep = json.loads(out.read_text())
+        taus.append(rep["results"]["qwen3-8b"]["ddtree:15:8"]["1"]["tau"])
+    assert taus[0] == taus[1] == pytest.approx(7.79, abs=1e-3)
 
 
 def test_auto_fake_refuses_to_start_without_the_table(tmp_path):

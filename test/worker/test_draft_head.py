@@ -63,10 +63,12 @@ def test_head_refuses_quantized_lm_head():
 
 
 def test_the_head_takes_its_top_k_pass_from_the_environment(monkeypatch):
-    """SGLANG_DDTREE_TOPK_THRESHOLD: unset / 0 every slice's top-K, 1 the threshold pass (same result); another
-    value is one error line naming the variable."""
+    """SGLANG_DDTREE_TOPK_THRESHOLD: unset by rows, 0 every slice's top-K, 1 the threshold pass (same result);
+    another value is one error line naming the variable."""
     weight = torch.randn(30, 8)
     monkeypatch.delenv(dh.TOPK_THRESHOLD_ENV, raising=False)
+    assert dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0].select == "rows"
+    monkeypatch.setenv(dh.TOPK_THRESHOLD_ENV, "0")
     assert dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0].select == "all"
     monkeypatch.setenv(dh.TOPK_THRESHOLD_ENV, "1")
     head = dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0]
@@ -87,3 +89,16 @@ def test_the_head_takes_its_top_k_pass_from_the_environment(monkeypatch):
     monkeypatch.setenv(dh.TOPK_THRESHOLD_ENV, "yes")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_TOPK_THRESHOLD='yes': use 1"):
         dh.topk_select()
+
+
+def test_by_rows_a_launch_takes_the_threshold_pass_from_the_cutoff_up():
+    """The default ``rows`` resolves per launch: ``threshold`` from THRESHOLD_MIN_ROWS rows, ``all`` below; a
+    forced choice is kept at every row count; an unknown one is refused by ``topk_lse``."""
+    cut = dh.THRESHOLD_MIN_ROWS
+    assert [dh.select_for_rows("rows", r) for r in (1, cut - 1, cut, 4 * cut)] == ["all", "all", "threshold",
+                                                                                    "threshold"]
+    assert {dh.select_for_rows("all", r) for r in (1, cut, 4 * cut)} == {"all"}
+    assert {dh.select_for_rows("threshold", r) for r in (1, cut, 4 * cut)} == {"threshold"}
+    with pytest.raises(ValueError, match="select must be one of"):
+        dh.topk_lse(torch.randn(2, 5), 2, torch.empty(2, 2), torch.empty(2, 2, dtype=torch.int64), torch.empty(2),
+                    select="some")

@@ -19,19 +19,39 @@ import torch
 _CHUNK_TOKENS = 256
 
 
-# The draft head's top-K pass: ``threshold`` (1) or every slice's (0, the default). Session 25 on the H200: the
-# threshold form alone 0.64-0.72x the default's time at 224-256 rows, 1.4x at 15; in a paired 8B-shape run faster at
-# c 8 / 32, slower at c 16 (``benchmark/results/session25/``), so it stays opt-in (bench config ``+topkthr``).
+# The draft head's top-K pass per launch: ``threshold`` (only the slices that can hold a row's top-K take their K
+# rounds; two launches more) or ``all`` (every slice's). The same values, ids and tie order either way. By default
+# (``rows``) a launch of at least ``THRESHOLD_MIN_ROWS`` rows takes ``threshold`` and a smaller one ``all``; the rows
+# of a launch are fixed per CUDA graph (batch size x (block - 1), in chunks of ``_CHUNK_TOKENS``), so the choice
+# costs nothing in the round. Session 25 on the H200 (``benchmark/results/session25/topk_lse.json``, us per launch,
+# 4096 x 8, all vs threshold): 101.9 vs 151.6 at 15 rows, 132.7 vs 139.3 at 120, 201.2 vs 144.6 at 224, 224.0 vs
+# 149.9 at 256. Session 27 swept the rows between (``benchmark/results/session27/topk_rows/topk_lse_rows.json``):
+# 67.9 vs 103.9 at 30, 82.5 vs 100.8 at 60, 100.7 vs 101.1 at 90, 119.6 vs 102.2 at 120, 199.2 vs 125.5 at 240
+# (the threshold pass costs ~100 us up to ~120 rows, the slice pass grows ~0.6 us a row): the cutoff is 100 rows.
+# ``SGLANG_DDTREE_TOPK_THRESHOLD``: 1 always ``threshold``, 0 always ``all``, unset by rows.
 TOPK_THRESHOLD_ENV = "SGLANG_DDTREE_TOPK_THRESHOLD"
+THRESHOLD_MIN_ROWS = 100
 
 
 def topk_select() -> str:
-    """The ``select`` the draft head's ``topk_lse`` uses, from ``TOPK_THRESHOLD_ENV``."""
+    """The ``select`` the draft head's ``topk_lse`` uses, from ``TOPK_THRESHOLD_ENV``: ``rows`` when unset."""
+    import os
+
     from sglang_ddtree.config import env_switch
 
-    on = env_switch(TOPK_THRESHOLD_ENV, on="the top-K pass over the slices that can hold the top-K only",
-                    off="every slice's top-K, the default")
+    if os.environ.get(TOPK_THRESHOLD_ENV, "").strip() == "":
+        return "rows"
+    on = env_switch(TOPK_THRESHOLD_ENV, on="the threshold top-K pass at every row count",
+                    off="every slice's top-K at every row count; unset: by rows")
     return "threshold" if on else "all"
+
+
+def select_for_rows(select: str, rows: int) -> str:
+    """``select`` as one launch of ``rows`` rows takes it: ``rows`` resolves to ``threshold`` from
+    ``THRESHOLD_MIN_ROWS`` rows up, else ``all``; the others unchanged."""
+    if select != "rows":
+        return select
+    return "threshold" if rows >= THRESHOLD_MIN_ROWS else "all"
 
 
 def topk_logprobs_local(
@@ -55,7 +75,7 @@ def topk_logprobs_local(
     return out_val, out_ids, out_lse
 
 
-TOPK_SELECTS = ("all", "threshold")
+TOPK_SELECTS = ("all", "threshold", "rows")
 
 
 def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: torch.Tensor, out_lse: torch.Tensor,
@@ -67,8 +87,9 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
     the lower column first), PyTorch elsewhere. ``backend``: auto | triton | torch. ``block`` (columns per
     program) and ``num_warps`` (default 8 from block 2048 up, else 4) are the slice kernel's launch
     configuration; ``benchmark/bench_topk_lse.py`` times the choices. ``select``: ``all`` (every slice takes
-    its top-K, measured) or ``threshold`` (only slices whose max reaches the row's K-th largest slice max do;
-    same result, two launches more; ``kernels/topk_lse.py``; opt-in, see ``TOPK_THRESHOLD_ENV``)."""
+    its top-K), ``threshold`` (only slices whose max reaches the row's K-th largest slice max do; same result, two
+    launches more; ``kernels/topk_lse.py``) or ``rows`` (``threshold`` from ``THRESHOLD_MIN_ROWS`` rows up, the
+    default; see ``TOPK_THRESHOLD_ENV``)."""
     from sglang_ddtree.tree._common import next_pow2, use_triton
 
     if select not in TOPK_SELECTS:
@@ -76,6 +97,7 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
     rows, vocab = logits.shape
     if rows == 0:
         return
+    select = select_for_rows(select, rows)
     if not use_triton("draft top-K head", logits.device, backend):
         wide = logits.float()
         val, idx = wide.topk(topk, dim=-1)

@@ -18,10 +18,11 @@ key, one max per pick: K + 1 reductions) was measured slower on the H200 and rem
 65.3 vs 68.3 at 15 rows, but 165.5 vs 120.2 at 120, 274.8 vs 203.2 at 224 and 310.2 vs 210.0 at 256 rows
 (35-48 % slower). ``benchmark/bench_topk_lse.py`` times the launch configurations.
 
-A threshold form skips most slices' K rounds (``draft_head.topk_lse(..., select="threshold")``, not yet measured
-on a GPU, so not the default): a row's top-K all lie in slices whose max reaches tau, the K-th largest slice max
-(K slices hold an element >= tau, so an element below tau has K larger ones; ties at tau qualify), and at
-V / BLOCK = 38 slices and K = 8 about K of them do:
+A threshold form skips most slices' K rounds (``draft_head.topk_lse(..., select="threshold")``; the draft head
+takes it from ``draft_head.THRESHOLD_MIN_ROWS`` rows a launch up, where the H200 measured it faster): a row's
+top-K all lie in slices whose max reaches tau, the K-th largest slice max (K slices hold an element >= tau, so an
+element below tau has K larger ones; ties at tau qualify), and at V / BLOCK = 38 slices and K = 8 about K of them
+do:
   stats     (grid T x S): each slice's max and sum of exp(x - max), 2 reductions;
   threshold (grid T): tau per row from its S slice maxima;
   select    (grid T x S): a slice whose max reaches tau takes its top-K as pass 1 does; any other writes -inf
