@@ -274,7 +274,8 @@ def positive_ints(text: str, flag: str, noun: str, example: str) -> list:
 
 def event_median_us(fn, iters: int, digits: int = 1) -> float:
     """Median CUDA-event time of ``fn()`` in microseconds over ``iters`` calls, each timed alone, after one untimed
-    call (compile / warm-up); the kernel benchmarks' timer."""
+    call (compile / warm-up): a forward's or a long kernel's time; a kernel of a few microseconds shows its host
+    launch here (``graph_median_us``)."""
     import torch
 
     fn()
@@ -288,6 +289,50 @@ def event_median_us(fn, iters: int, digits: int = 1) -> float:
         b.synchronize()
         times.append(a.elapsed_time(b) * 1000.0)
     return round(statistics.median(times), digits)
+
+
+TIMERS = ("graph", "launch")  # the kernel benchmarks' --timer: graph_median_us or event_median_us
+
+
+def graph_median_us(fn, iters: int, calls: int = 1, digits: int = 1) -> float:
+    """Median GPU time in microseconds of one ``fn()``, replayed from a CUDA graph that holds ``calls`` back-to-back
+    calls (each replay's CUDA-event time / ``calls``), over ``iters`` replays after an untimed call (compile) and a
+    replay. Kernels of a few microseconds launched one at a time from Python are timed by their host launch (~20-60
+    us a Triton launch; session 27: every merge configuration "took" ~64 us a launch, ~6.4 us in the verify graph);
+    in a graph, as in the round, the GPU's own time is what shows."""
+    import torch
+
+    fn()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm the caching allocator off the capture stream (torch's recipe)
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0 / calls)
+    return round(statistics.median(times), digits)
+
+
+def kernel_median_us(timer: str, fn, iters: int, calls: int, digits: int = 1) -> float:
+    """``timer`` "graph" (``graph_median_us`` of ``calls`` calls a replay) or "launch" (``event_median_us``)."""
+    if timer not in TIMERS:
+        raise ValueError(f"timer must be one of {TIMERS}, got {timer!r}")
+    if timer == "graph":
+        return graph_median_us(fn, iters, calls=calls, digits=digits)
+    return event_median_us(fn, iters, digits=digits)
 
 
 def write_report(path: str, argv, **sections) -> dict:

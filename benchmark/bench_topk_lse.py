@@ -10,17 +10,19 @@ H200's bandwidth. Its cost is reductions, not memory: 2K + 2 block reductions pe
 exact, lower id first on ties; logsumexp within 2e-5 relative).
 
 Rows: the draft head reduces (block size - 1) positions per request, at most 256 rows at once (its token chunk);
-``--rows 15,120,256`` covers c 1, c 8 and a full chunk. Times are CUDA-event medians over ``--iters`` launches
-after a warm-up, in microseconds.
+``--rows 15,120,256`` covers c 1, c 8 and a full chunk. Times are CUDA-event medians in microseconds a call over
+``--iters`` replays of a CUDA graph of ``GRAPH_CALLS`` calls (the draft graph runs the head the same way), after a
+warm-up; ``--timer launch`` times each call alone, which shows its host launches where the kernels are short
+(session 27: the threshold form's four launches read ~100 us up to 150 rows). PyTorch's reference is timed per call.
 
     python benchmark/bench_topk_lse.py [--rows 15,120,256] [--vocab 151936] [--topk 8] \\
-        [--configs 4096x8,8192x8,16384x16,threshold:4096x8] [--iters 50] [--out X.json]
+        [--configs 4096x8,8192x8,16384x16,threshold:4096x8] [--iters 50] [--timer graph|launch] [--out X.json]
 
 A packed-key form of the slice kernel (``keyed:BLOCKxWARPS``) was measured here slower on the H200 (session 20,
 ``benchmark/results/session20/topk_lse.json``: 35-48 % slower than 4096x8 at 120-256 rows, 3 us faster at 15)
-and removed; configurations are plain BLOCKxWARPS. ``threshold:BLOCKxWARPS`` (session 24, not yet timed) runs only
-the slices whose max reaches the row's K-th largest slice max through the K rounds (``kernels/topk_lse.py``);
-the draft head keeps the slice kernel until this script shows the threshold form faster at 15-256 rows.
+and removed; configurations are plain BLOCKxWARPS. ``threshold:BLOCKxWARPS`` runs only the slices whose max reaches
+the row's K-th largest slice max through the K rounds (``kernels/topk_lse.py``); the draft head takes it from
+``draft_head.THRESHOLD_MIN_ROWS`` rows a launch up (session 27's sweep, ``benchmark/results/session27/topk_rows/``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import event_median_us, positive_ints, write_report  # noqa: E402
+from bench_e2e import TIMERS, event_median_us, kernel_median_us, positive_ints, write_report  # noqa: E402
 
 DEFAULT_CONFIGS = "4096x8,8192x8,16384x16,threshold:4096x8,threshold:8192x8,threshold:2048x4"
 
@@ -67,7 +69,11 @@ def config_name(block: int, warps: int, select: str = "all") -> str:
     return f"{block}x{warps}" if select == "all" else f"{select}:{block}x{warps}"
 
 
-def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple[int, int]], iters: int) -> dict:
+GRAPH_CALLS = 8  # calls a graph replay holds with --timer graph
+
+
+def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple[int, int]], iters: int,
+        timer: str = "graph") -> dict:
     import torch
 
     if not torch.cuda.is_available():
@@ -95,8 +101,8 @@ def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple
                 continue
             exact = bool(torch.equal(val, want_val) and torch.equal(ids, order))
             lse_ok = bool(torch.allclose(lse, want_lse, rtol=2e-5, atol=0))
-            us = event_median_us(lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
-                                                  num_warps=warps, select=select), iters)
+            us = kernel_median_us(timer, lambda: topk_lse(logits, topk, val, ids, lse, backend="triton", block=block,
+                                                          num_warps=warps, select=select), iters, calls=GRAPH_CALLS)
             rec[key] = {"us": us, "exact": exact, "lse_ok": lse_ok}
         ok = {k: v["us"] for k, v in rec.items() if isinstance(v, dict) and v.get("exact") and v.get("lse_ok")}
         rec["fastest"] = min(ok, key=ok.get) if ok else None
@@ -107,12 +113,16 @@ def run(rows_list: Sequence[int], vocab: int, topk: int, configs: Sequence[Tuple
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench_topk_lse", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="bench_topk_lse", usage="%(prog)s [options] (see --help)",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="15,120,256", help="row counts (comma-separated)")
     ap.add_argument("--vocab", type=int, default=151936, help="columns per row (Qwen3: 151936)")
     ap.add_argument("--topk", type=int, default=8)
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="launch configurations BLOCKxWARPS (comma-separated)")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--timer", choices=TIMERS, default="graph",
+                    help=f"graph: {GRAPH_CALLS} calls a CUDA-graph replay, as the draft graph runs the head (default); "
+                         "launch: each call timed alone (its host launches show)")
     ap.add_argument("--out", help="JSON report")
     args = ap.parse_args(argv)
     try:
@@ -125,14 +135,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.topk > args.vocab:
         ap.error(f"--topk {args.topk}: must be at most --vocab ({args.vocab})")
     try:
-        results = run(rows, args.vocab, args.topk, configs, args.iters)
+        results = run(rows, args.vocab, args.topk, configs, args.iters, args.timer)
     except (ImportError, RuntimeError) as e:
         print(f"bench_topk_lse: error: {e}", file=sys.stderr)
         return 1
     if args.out:
         write_report(args.out, sys.argv[1:] if argv is None else list(argv),
                      settings={"rows": rows, "vocab": args.vocab, "topk": args.topk, "iters": args.iters,
-                               "configs": [config_name(*c) for c in configs]},
+                               "timer": args.timer, "graph_calls": GRAPH_CALLS, "configs": [config_name(*c) for c in configs]},
                      by_rows=results)
     return 0
 

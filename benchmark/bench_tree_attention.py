@@ -11,11 +11,14 @@ checks each against ``tree_attention_merge_torch`` on the same inputs (bf16 tole
 
 Inputs per (batch, budget): q [bs * N, Hq, D] and the tree rows' k / v (bf16, N(0, 1)), a random tree per request
 (each row's parent drawn below it), its ancestor bits, a prefix output and LSE (N(0, 1), LSE around 5). Times are
-CUDA-event medians over ``--iters`` launches after a warm-up, in microseconds per launch; the report adds the
-per-round figure (x ``--layers``) for the default and the fastest configuration.
+CUDA-event medians over ``--iters`` replays of a CUDA graph of ``--layers`` launches (a round's, as the verify
+graph runs them; ``--timer launch`` times each launch alone, which at budget 15 measured the host's launch, ~64 us,
+in session 27), in microseconds per launch; the report adds the per-round figure (x ``--layers``) for the default
+and the fastest configuration.
 
     python benchmark/bench_tree_attention.py [--bs 1,8,16,32,64] [--budgets 15,63] [--heads 32] [--kv-heads 8] \\
-        [--head-dim 128] [--layers 36] [--configs 64x64x16x0,32x64x16x0,...] [--iters 50] [--out X.json]
+        [--head-dim 128] [--layers 36] [--configs 64x64x16x0,32x64x16x0,...] [--iters 50] [--timer graph|launch] \\
+        [--out X.json]
 
 A configuration is BLOCK_NxROWSxHEADSxWARPS (``MergeLaunch(block_n, rows_per_program, max_heads, num_warps)``;
 warps 0 = the default rule); the first of the default list is what the verify runs.
@@ -29,7 +32,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import event_median_us, positive_ints, write_report  # noqa: E402
+from bench_e2e import TIMERS, kernel_median_us, positive_ints, write_report  # noqa: E402
 
 DEFAULT_CONFIGS = "64x64x16x0,32x64x16x0,32x32x16x0,32x16x16x0,32x64x16x2,32x32x16x2,32x64x2x0,32x128x16x8,64x32x16x0"
 TOLERANCE = 2e-2  # bf16 (atol = rtol), as test/worker/test_tree_attention_interp.py
@@ -82,7 +85,7 @@ def _inputs(torch, bs: int, n: int, hq: int, hkv: int, d: int, seed: int):
 
 
 def run(bs_list: Sequence[int], budgets: Sequence[int], hq: int, hkv: int, d: int, layers: int,
-        configs: Sequence[Tuple[int, int, int, int]], iters: int) -> dict:
+        configs: Sequence[Tuple[int, int, int, int]], iters: int, timer: str = "graph") -> dict:
     import torch
 
     if not torch.cuda.is_available():
@@ -109,7 +112,7 @@ def run(bs_list: Sequence[int], budgets: Sequence[int], hq: int, hkv: int, d: in
                     continue
                 err = (res.float() - want).abs()
                 ok = bool((err <= TOLERANCE + TOLERANCE * want.abs()).all())
-                rec[key] = {"us": event_median_us(call, iters, digits=2), "ok": ok,
+                rec[key] = {"us": kernel_median_us(timer, call, iters, calls=layers, digits=2), "ok": ok,
                             "max_abs_err": round(float(err.max()), 5)}
             good = {key: r["us"] for key, r in rec.items() if r.get("ok")}
             default = config_name(*configs[0])
@@ -138,6 +141,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="BLOCK_NxROWSxHEADSxWARPS (comma-separated); the "
                                                                "first is the baseline of the per-round figure")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--timer", choices=TIMERS, default="graph",
+                    help="graph: --layers launches a CUDA-graph replay, as in the verify (default); launch: each "
+                         "launch timed alone (its host launch shows, session 27)")
     ap.add_argument("--out", help="JSON report")
     args = ap.parse_args(argv)
     try:
@@ -153,7 +159,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.head_dim & (args.head_dim - 1) or not 16 <= args.head_dim <= 256:
         ap.error(f"--head-dim {args.head_dim}: must be a power of two in [16, 256]")
     try:
-        results = run(bs_list, budgets, args.heads, args.kv_heads, args.head_dim, args.layers, configs, args.iters)
+        results = run(bs_list, budgets, args.heads, args.kv_heads, args.head_dim, args.layers, configs, args.iters,
+                      args.timer)
     except (ImportError, RuntimeError) as e:
         print(f"bench_tree_attention: error: {e}", file=sys.stderr)
         return 1
@@ -161,6 +168,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         write_report(args.out, sys.argv[1:] if argv is None else list(argv),
                      settings={"bs": bs_list, "budgets": budgets, "heads": args.heads, "kv_heads": args.kv_heads,
                                "head_dim": args.head_dim, "layers": args.layers, "iters": args.iters,
+                               "timer": args.timer,
                                "tolerance": TOLERANCE, "configs": [config_name(*c) for c in configs]},
                      by_shape=results)
     return 0

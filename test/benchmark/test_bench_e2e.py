@@ -119,3 +119,11 @@ def test_fa3_unavailable_names_the_import_error_only_when_a_config_runs_on_fa3()
     assert why == ("a config runs on fa3 but sgl_kernel.flash_attn does not import (ImportError: Can not import FA3 "
                    "in sgl_kernel. Please check your installation.)")
     assert bench_e2e.fa3_unavailable(["plain"], "fa3", probe=missing) is not None  # the run's default backend
+
+
+def test_the_kernel_timer_is_named_and_an_unknown_one_refused():
+    """The kernel benchmarks' --timer: graph (GPU time of calls replayed from a CUDA graph) or launch (each call
+    timed alone); anything else is one error naming both."""
+    assert bench_e2e.TIMERS == ("graph", "launch")
+    with pytest.raises(ValueError, match=r"timer must be one of \('graph', 'launch'\), got 'wall'"):
+        bench_e2e.kernel_median_us("wall", lambda: None, 1, calls=1)

@@ -28,6 +28,7 @@ def _cli(*args):
     (["--configs", ","], "--configs ',': at least one [threshold:]BLOCKxWARPS"),
     (["--iters", "0"], "--iters 0: must be at least 1"),
     (["--topk", "9", "--vocab", "8"], "--topk 9: must be at most --vocab (8)"),
+    (["--timer", "wall"], "--timer: invalid choice: 'wall' (choose from"),
 ])
 def test_argument_errors(args, message):
     proc = _cli(*args)
@@ -55,6 +56,7 @@ def test_every_configuration_matches_torch_and_the_fastest_is_named(tmp_path):
     proc = _cli("--rows", "15,256", "--iters", "5", "--configs", "4096x8,16384x16,threshold:4096x8", "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rep = json.loads(out.read_text())
+    assert rep["settings"]["timer"] == "graph" and rep["settings"]["graph_calls"] == btl.GRAPH_CALLS
     for rows in ("15", "256"):
         rec = rep["by_rows"][rows]
         assert rec["torch_topk_logsumexp_us"] > 0

@@ -27,6 +27,7 @@ def _cli(*args):
     (["--heads", "12", "--kv-heads", "8"], "--heads 12: must be a multiple of --kv-heads (8)"),
     (["--head-dim", "96"], "--head-dim 96: must be a power of two in [16, 256]"),
     (["--iters", "0"], "--iters 0: must be at least 1"),
+    (["--timer", "wall"], "--timer: invalid choice: 'wall' (choose from"),
 ])
 def test_argument_errors(args, message):
     proc = _cli(*args)
@@ -57,6 +58,7 @@ def test_every_configuration_matches_the_reference_and_the_fastest_is_named(tmp_
                 "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rep = json.loads(out.read_text())
+    assert rep["settings"]["timer"] == "graph"  # 36 launches a replay, as the verify graph runs them
     for bs in (1, 16):
         rec = rep["by_shape"][f"bs {bs} budget 15"]
         for key in ("64x64x16x0", "32x64x16x0", "32x64x2x0"):
