@@ -145,7 +145,10 @@ _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disabl
               "p16": dict(page_size=16), "p64": dict(page_size=64),  # KV pages of 16 / 64 tokens (default 1)
               # every garbage collection of the scheduler with its duration in the engine log (SGLang's own GC
               # logger, SGLANG_LOG_GC=1, INFO lines): benchmark/gc_log_summary.py totals them
-              "gclog": dict(log_level="info")}
+              "gclog": dict(log_level="info"),
+              # the engine log at INFO: budget auto's start-up cost table and policy, and every decode-log line's
+              # "auto budget: mean M, rounds by budget b:n ..." (one line per 40 rounds; prefill lines too)
+              "loginfo": dict(log_level="info")}
 # Config modifiers that set environment variables of the engine's processes (``engine_env``).
 ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
@@ -392,9 +395,17 @@ def main(argv=None) -> int:
     return 0
 
 
+def plain_reference(specs):
+    """The config whose outputs the others are compared with: the first plain-decoding one (``plain`` with any
+    modifiers, e.g. ``plain+fa3``), or None. Until session 27 only a config named exactly ``plain`` counted, so runs
+    of ``plain+fa3`` recorded no equality at all."""
+    return next((s for s in specs if s.split("+")[0] == "plain"), None)
+
+
 def _summarise(report, final=False) -> None:
     """Add token-equality vs the plain config and print one line per (config, bs)."""
-    plain = next((r for r in report["results"] if r.get("config") == "plain" and "by_bs" in r), None)
+    ref_spec = plain_reference([r.get("config", "") for r in report["results"] if "by_bs" in r])
+    plain = next((r for r in report["results"] if r.get("config") == ref_spec and "by_bs" in r), None)
     for rec in report["results"]:
         for bs, m in rec.get("by_bs", {}).items():
             if plain is not None and bs in plain["by_bs"]:

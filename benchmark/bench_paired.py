@@ -12,7 +12,7 @@ specialised on a new batch size or length: session 25's first repetition ran DDT
 the second's speed at bs 16 / 48 on the tiny pair, plain decoding not). Reported per configuration and batch
 size: tokens/s of every timed repetition, the median,
 the paired ratio against each baseline (per-repetition ratios: median, min, max), mean accept length
-and token equality with ``plain``.
+and token equality with the first plain-decoding config (``plain``, ``plain+fa3``, ...; ``plain_reference``).
 
     python benchmark/bench_paired.py --target T --draft D --out benchmark/results/paired.json \
         --configs plain,dflash,ddtree:64:8 [--bs 1,16] [--repeats 5] [--baselines dflash,plain]
@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_e2e import (COMMON, PROMPTS, after_warmup, decode_in_batches, engine_env, engine_kwargs,  # noqa: E402
-                       environment, fa3_unavailable)
+                       environment, fa3_unavailable, plain_reference)
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -242,8 +242,9 @@ def _write(report, runs, bs_list, baselines, t0, out, final) -> None:
             tps = [r["tokens"] / r["wall_s"] for r in rs]
             m = rec[bs] = {"tokens_per_s": [round(x, 1) for x in tps], "tokens_per_s_median": round(statistics.median(tps), 1),
                            "mean_accept_length": rs[0]["mean_accept_length"] and round(rs[0]["mean_accept_length"], 3)}
-            if "plain" in runs:
-                ref = runs["plain"][bs][0]["outputs"]
+            ref_spec = plain_reference(list(runs))
+            if ref_spec is not None:
+                ref = runs[ref_spec][bs][0]["outputs"]
                 m["equal_to_plain"] = f"{sum(a == b for a, b in zip(rs[0]['outputs'], ref))}/{len(ref)}"
             for base in baselines:
                 if base != spec:

@@ -77,6 +77,9 @@ def test_after_warmup_modifiers():
     # +gclog: SGLang's GC logger (an environment variable) at INFO level (an engine argument)
     assert bench_e2e.engine_kwargs("ddtree:63:8+gclog", "D", "triton")["log_level"] == "info"
     assert bench_e2e.engine_env("ddtree:63:8+fa3+gclog") == {"SGLANG_LOG_GC": "1"}
+    # +loginfo: the engine log at INFO (budget auto's start-up policy, its per-40-rounds budget mix), no env
+    assert bench_e2e.engine_kwargs("ddtree:auto:8+fa3+loginfo", "D", "triton")["log_level"] == "info"
+    assert bench_e2e.engine_env("ddtree:auto:8+fa3+loginfo") == {}
     e = Engine()
     bench_e2e.after_warmup(e, "ddtree:63:8+fa3")
     assert e.frozen == 0
@@ -84,15 +87,19 @@ def test_after_warmup_modifiers():
     assert e.frozen == 1
 
 
-def test_summary_counts_outputs_equal_to_plain(capsys):
+@pytest.mark.parametrize("plain", ["plain", "plain+fa3"])
+def test_summary_counts_outputs_equal_to_plain(capsys, plain):
     def rec(config, outs):
         return {"config": config, "by_bs": {"1": {"outputs": outs, "tokens_per_s": 1.0, "mean_accept_length": None}}}
 
-    report = {"results": [rec("plain", [[1, 2], [3, 4]]), rec("ddtree:4:2", [[1, 2], [3, 5]])]}
+    report = {"results": [rec("dflash", [[1, 2], [3, 4]]), rec(plain, [[1, 2], [3, 4]]),
+                          rec("ddtree:4:2", [[1, 2], [3, 5]])]}
     bench_e2e._summarise(report, final=True)
-    assert report["results"][1]["by_bs"]["1"]["equal_to_plain"] == "1/2"
-    assert report["results"][0]["by_bs"]["1"]["equal_to_plain"] == "2/2"
+    assert report["results"][2]["by_bs"]["1"]["equal_to_plain"] == "1/2"
+    assert report["results"][1]["by_bs"]["1"]["equal_to_plain"] == "2/2"
     assert "ddtree:4:2 bs   1" in capsys.readouterr().out
+    assert bench_e2e.plain_reference(["dflash", "plain+nograph", "plain"]) == "plain+nograph"
+    assert bench_e2e.plain_reference(["dflash", "ddtree:4:2"]) is None
 
 
 def test_write_report_puts_the_run_above_the_sections(tmp_path):

@@ -20,26 +20,29 @@ def _pair():
     return tiny_pair_path()
 
 
-def test_paired_run_with_fake_engines(tmp_path):
+@pytest.mark.parametrize("plain", ["plain", "plain+fa3"])
+def test_paired_run_with_fake_engines(tmp_path, plain):
+    """Every config's outputs are compared with the plain-decoding one, also when it carries a modifier (session
+    27: runs of plain+fa3 had recorded no equality)."""
     pair = _pair()
     out = tmp_path / "paired.json"
     env = dict(os.environ, BENCH_PAIRED_FAKE_ENGINE="1")
     proc = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft,
-                           "--configs", "plain,dflash,ddtree:8:2", "--bs", "1,4", "--repeats", "3",
-                           "--num-prompts", "4", "--max-new-tokens", "5", "--out", str(out)],
+                           "--configs", f"{plain},dflash,ddtree:8:2", "--baselines", f"dflash,{plain}", "--bs", "1,4",
+                           "--repeats", "3", "--num-prompts", "4", "--max-new-tokens", "5", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = json.loads(out.read_text())
-    assert set(rep["results"]) == {"plain", "dflash", "ddtree:8:2"}
+    assert set(rep["results"]) == {plain, "dflash", "ddtree:8:2"}
     for spec, by_bs in rep["results"].items():
         for bs in ("1", "4"):
             m = by_bs[bs]
             assert len(m["tokens_per_s"]) == 3 and m["equal_to_plain"] == "4/4"
             assert ("speedup_vs_dflash" in m) == (spec != "dflash")
-            assert ("speedup_vs_plain" in m) == (spec != "plain")
+            assert (f"speedup_vs_{plain}" in m) == (spec != plain)
     assert rep["results"]["dflash"]["1"]["mean_accept_length"] == 2.0
-    assert rep["results"]["plain"]["1"]["mean_accept_length"] is None
-    assert "ddtree:8:2 bs   1: median" in proc.stdout
+    assert rep["results"][plain]["1"]["mean_accept_length"] is None
+    assert "ddtree:8:2 bs   1: median" in proc.stdout and "== plain 4/4" in proc.stdout
 
 
 @pytest.mark.parametrize("warmup", [0, 1])
