@@ -4,8 +4,8 @@
 Reads a Chrome trace (``*.trace.json[.gz]``) written by SGLang's profiler (``Engine.start_profile`` /
 ``stop_profile`` with ``activities=["CPU", "GPU"], with_stack=True``; ``bench_e2e.py --profile-dir`` records
 one per configuration) and reports, for the decode rounds of the worker (DDTREE: ``_decode_round``; DFLASH /
-EAGLE: ``forward_batch_generation`` of the spec-v2 worker; a first call over 3x the median, a prefill, is left
-out):
+EAGLE: ``forward_batch_generation`` of the spec-v2 worker; plain decoding: the target worker's
+``forward_batch_generation``, one decode step; calls over 3x the median, prefills, are left out):
   - rounds, the median CPU time of one round's Python call, the median period between round starts
     (1 / rounds per second: what bounds throughput when the CPU is the bottleneck);
   - GPU busy time (union of kernel / memcpy / memset intervals) and kernels per round over the rounds' span;
@@ -43,9 +43,13 @@ import statistics
 import sys
 from collections import Counter, defaultdict
 
+# A round is the outermost call of one of these (a speculative worker's target forward, nested in its round, is not
+# one): DDTREE's round, DFLASH's / EAGLE's spec-v2 step, and plain decoding's target step (the scheduler calls the
+# target worker directly when there is no speculative worker).
 ROUND_FUNCS = ("sglang_ddtree/worker/worker.py", "_decode_round"), \
     ("speculative/dflash_worker_v2.py", "forward_batch_generation"), \
-    ("speculative/eagle_worker_v2.py", "forward_batch_generation")
+    ("speculative/eagle_worker_v2.py", "forward_batch_generation"), \
+    ("managers/tp_worker.py", "forward_batch_generation")
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")

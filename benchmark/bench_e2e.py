@@ -17,8 +17,8 @@ collector after warm-up), ``+gclog`` (log every collection of the scheduler with
 graphs / as upstream's eager call, the default), ``+fiplan`` (flashinfer: DDTREE's host-sync-free plan of its graph
 replays, ``SGLANG_DDTREE_FLASHINFER_PLAN=1``: the default with FlashInfer 0.6.14) / ``+fiupstream`` (upstream's
 ``plan()``, ``=0``).
-``--profile-dir D`` also records one torch-profiler trace of bs-1 decoding per configuration under D (read
-them with ``benchmark/analyze_trace.py``).
+``--profile-dir D`` also records one torch-profiler trace per configuration under D, of ``--profile-prompts``
+generate calls of ``--profile-bs`` prompts each (default 2 x 1; read them with ``benchmark/analyze_trace.py``).
 """
 
 from __future__ import annotations
@@ -237,16 +237,22 @@ def run_config(spec, target, draft, prompts, args) -> dict:
                 "mean_accept_length": round(acc, 3) if acc is not None else None,
                 "outputs": d["outputs"],
             }
-        if args.profile_dir:  # one torch-profiler trace of bs-1 decoding (benchmark/analyze_trace.py reads it)
+        if args.profile_dir:  # one torch-profiler trace of decoding at --profile-bs (analyze_trace.py reads it)
             out_dir = os.path.join(args.profile_dir, spec.replace(":", "_").replace("+", "_"))
             engine.start_profile(output_dir=out_dir, activities=["CPU", "GPU"], with_stack=True, record_shapes=False)
-            for p in prompts[: args.profile_prompts]:
-                engine.generate(input_ids=[p], sampling_params=params)
+            for batch in profile_batches(prompts, args.profile_prompts, args.profile_bs):
+                engine.generate(input_ids=batch, sampling_params=params)
             engine.stop_profile()
-            rec["profile_dir"] = out_dir
+            rec["profile_dir"], rec["profile_bs"] = out_dir, args.profile_bs
     finally:
         engine.shutdown()
     return rec
+
+
+def profile_batches(prompts, calls: int, bs: int) -> list:
+    """The generate calls a profile records: ``calls`` batches of ``bs`` prompts each, taken in order and wrapping
+    around the prompt list (bs 1: one prompt a call, as before session 27)."""
+    return [[prompts[(i * bs + j) % len(prompts)] for j in range(bs)] for i in range(calls)]
 
 
 def environment(argv) -> dict:
@@ -350,12 +356,16 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="start no new engine after this many seconds")
-    ap.add_argument("--profile-dir", help="after timing, write a torch-profiler trace of bs-1 decoding per config "
-                    "under this directory (CPU + GPU, Python stacks: slower while it records)")
-    ap.add_argument("--profile-prompts", type=int, default=2, help="prompts decoded one at a time while profiling")
+    ap.add_argument("--profile-dir", help="after timing, write a torch-profiler trace of decoding at --profile-bs per "
+                    "config under this directory (CPU + GPU, Python stacks: slower while it records)")
+    ap.add_argument("--profile-prompts", type=int, default=2, help="generate calls while profiling")
+    ap.add_argument("--profile-bs", type=int, default=1, help="prompts per generate call while profiling")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     args.bs = [int(b) for b in args.bs.split(",")]
+    for flag, value in (("--profile-prompts", args.profile_prompts), ("--profile-bs", args.profile_bs)):
+        if value < 1:
+            ap.error(f"{flag} {value}: must be at least 1")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(args.target)

@@ -11,6 +11,8 @@
 #                                             # config was slower than in session 25's four-engine run: AR at bs 48
 #                                             # 11828 vs 20481 tok/s; the cause was not isolated)
 #                                             # (fa3 staged; PAIRED_CONFIGS overrides)
+#     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 4): AR, budgets 15 / 63, auto timed and
+#                                             # profiled, each trace analysed (where a round's host time goes)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
@@ -64,6 +66,30 @@ case "${1:-}" in
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     ls -la "$OUT"
     ;;
+  profile)
+    # where the tiny pair's rounds spend their host time at one batch size (benchmark/results/session27/
+    # width0_round.md): AR, budgets 15 / 63 and auto (+loginfo: its start-up cost table and budget mix in the log),
+    # each timed at PROFILE_BS, then one torch-profiler trace per config of 2 generate calls of PROFILE_BS prompts,
+    # analysed (analyze_trace.py; plain decoding's round is its target step). fa3 staged; ~4 engines x ~1 minute
+    OUT=${OUT:-/tmp/profile_out}
+    mkdir -p "$OUT"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    eval "P=\"$PAIR\""
+    BS=${PROFILE_BS:-4}
+    # shellcheck disable=SC2086
+    timeout -k 10 "${PROFILE_TIMEOUT_S:-480}" python3 benchmark/bench_e2e.py $P \
+      --configs "${PROFILE_CONFIGS:-plain+fa3,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:auto:8+fa3+loginfo}" \
+      --bs "$BS" --num-prompts 32 --max-new-tokens 64 --profile-dir /tmp/prof_tiny --profile-bs "$BS" \
+      --out "$OUT/e2e_profile.json" > "$OUT/e2e_profile.log" 2>&1
+    grep "\[bench_e2e\]\|DDTREE auto\|auto budget\|  bs " "$OUT/e2e_profile.log" | tail -n 60
+    for d in /tmp/prof_tiny/*/; do
+      t=$(ls -t "$d"*.trace.json* 2>/dev/null | head -n 1)
+      [ -n "$t" ] && python3 benchmark/analyze_trace.py "$t" --json "$OUT/$(basename "$d").analysis.json" | head -n 6
+    done
+    gzip -f "$OUT/e2e_profile.log"
+    ls -la "$OUT"
+    ;;
   shape)
     # Budget: session 7's 4-engine 8B-shape call (c 1 / 32, 2 reps, profiles) took 484 s of which the first
     # engine's start on a fresh machine was 146 s; five engines here (auto adds its per-bucket verify graphs),
@@ -85,7 +111,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|paired|gc|shape" >&2
+    echo "usage: $0 auto|paired|gc|profile|shape" >&2
     exit 2
     ;;
 esac

@@ -278,6 +278,24 @@ def test_dflash_round_function_with_its_prefill_left_out():
     assert rep["gpu_idle_us_per_round"] == 2000 - (80 + 5 + 300)
 
 
+def test_plain_decoding_steps_are_rounds_and_a_speculative_target_forward_is_not():
+    """Plain decoding's round is the target worker's forward_batch_generation (the scheduler calls it directly);
+    inside a DFLASH round the same call is the target verify, not a round (the DFLASH test above)."""
+    t = Trace()
+    loop = t.py("sglang/srt/managers/scheduler.py(1050): event_loop_overlap", BASE - 100, 50_000)
+    step = "sglang/srt/managers/tp_worker.py(400): forward_batch_generation"
+    for i in range(N + 1):
+        o = BASE + 1000 * i + (3000 if i else 0)
+        run = t.py("sglang/srt/managers/scheduler.py(1200): run_batch", o - 10, 3020 if i == 0 else 420, loop)
+        r = t.py(step, o, 3000 if i == 0 else 400, run)  # the first: a prefill, left out
+        t.py("sglang/srt/model_executor/model_runner.py(2000): forward", o + 10, 200, r)
+        t.call("cudaGraphLaunch", o + 20, [kernel("decode_attn", o + 30, 150)])
+    rep = at.analyze(t.dict()["traceEvents"])
+    assert rep["round_function"] == "sglang/srt/managers/tp_worker.py:forward_batch_generation"
+    assert rep["rounds"] == N and rep["round_period_us_median"] == 1000
+    assert rep["graph_gpu_us_per_round"] == 150 and rep["phases"]["forward"]["graph_launches_per_round"] == 1
+
+
 def test_too_few_rounds_is_an_error_not_a_crash():
     t = Trace()
     t.py(f"{WORKER}(114): _decode_round", BASE, 700)

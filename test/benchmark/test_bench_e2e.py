@@ -134,3 +134,19 @@ def test_the_kernel_timer_is_named_and_an_unknown_one_refused():
     assert bench_e2e.TIMERS == ("graph", "launch")
     with pytest.raises(ValueError, match=r"timer must be one of \('graph', 'launch'\), got 'wall'"):
         bench_e2e.kernel_median_us("wall", lambda: None, 1, calls=1)
+
+
+def test_profile_batches_take_profile_bs_prompts_a_call_in_order():
+    prompts = [[1], [2], [3]]
+    assert bench_e2e.profile_batches(prompts, 2, 1) == [[[1]], [[2]]]  # bs 1: one prompt a call, as before
+    assert bench_e2e.profile_batches(prompts, 2, 2) == [[[1], [2]], [[3], [1]]]  # wraps around
+
+
+@pytest.mark.parametrize("flag", ["--profile-bs", "--profile-prompts"])
+def test_profile_counts_below_one_are_one_error_line(flag):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, _PATH, "--target", "T", "--draft", "D", "--out", "x.json", flag, "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"{flag} 0: must be at least 1" in proc.stderr, proc.stderr
