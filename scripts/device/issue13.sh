@@ -11,7 +11,7 @@
 #                                             # config was slower than in session 25's four-engine run: AR at bs 48
 #                                             # 11828 vs 20481 tok/s; the cause was not isolated)
 #                                             # (fa3 staged; PAIRED_CONFIGS overrides)
-#     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 4): AR, budgets 15 / 63, auto timed and
+#     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, budgets 15 / 63, auto timed and
 #                                             # profiled, each trace analysed (where a round's host time goes)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
@@ -76,7 +76,7 @@ case "${1:-}" in
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh
     eval "P=\"$PAIR\""
-    BS=${PROFILE_BS:-4}
+    BS=${PROFILE_BS:-16}
     # shellcheck disable=SC2086
     timeout -k 10 "${PROFILE_TIMEOUT_S:-480}" python3 benchmark/bench_e2e.py $P \
       --configs "${PROFILE_CONFIGS:-plain+fa3,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:auto:8+fa3+loginfo}" \
