@@ -50,6 +50,38 @@ if _RUN_HERE:
         assert torch.equal(ids.cpu(), want_ids)
         assert torch.allclose(lse.cpu(), want_lse, rtol=0, atol=2e-5 * max(1.0, float(want_lse.abs().max())))
 
+    @pytest.mark.parametrize("cutoff", [1, 10 ** 6])
+    def test_by_rows_takes_either_pass_with_the_same_result(monkeypatch, cutoff):
+        """The draft head's default ``rows``: from ``THRESHOLD_MIN_ROWS`` rows a launch the threshold pass, below
+        it every slice's; the cutoff moved to 1 (every launch threshold) and past any launch (every launch all),
+        the kernels that ran are the ones named and the result is PyTorch's either way."""
+        from sglang_ddtree.worker import draft_head
+        from sglang_ddtree.worker.kernels import topk_lse as kernels
+
+        monkeypatch.setattr(draft_head, "THRESHOLD_MIN_ROWS", cutoff)
+        launched = []
+
+        class Spy:
+            def __init__(self, name, kernel):
+                self.name, self.kernel = name, kernel
+
+            def __getitem__(self, grid):
+                launched.append(self.name)
+                return self.kernel[grid]
+
+        for name in ("topk_lse_slices_kernel", "topk_lse_select_kernel"):
+            monkeypatch.setattr(kernels, name, Spy(name, getattr(kernels, name)))
+        rows, vocab, k, block = CASES[0]
+        logits = _logits(rows, vocab, seed=11, ties=True).to(DEV)
+        val = torch.empty((rows, k), dtype=torch.float32, device=DEV)
+        ids = torch.empty((rows, k), dtype=torch.int64, device=DEV)
+        lse = torch.empty((rows,), dtype=torch.float32, device=DEV)
+        topk_lse(logits, k, val, ids, lse, backend="triton", block=block, select="rows")
+        assert launched == ["topk_lse_select_kernel" if cutoff <= rows else "topk_lse_slices_kernel"]
+        want_val, want_ids, want_lse = _reference(logits.cpu(), k)
+        assert torch.equal(val.cpu(), want_val) and torch.equal(ids.cpu(), want_ids)
+        assert torch.allclose(lse.cpu(), want_lse, rtol=0, atol=2e-5 * max(1.0, float(want_lse.abs().max())))
+
     def test_strided_outputs_and_empty():
         logits = _logits(4, 100, seed=1, ties=False).to(DEV)
         val = torch.empty((4, 6), dtype=torch.float32, device=DEV)[:, :3]  # not contiguous
