@@ -298,6 +298,29 @@ def test_budget_auto_interval_stats_in_the_log_line_and_metrics(monkeypatch, cap
     assert stats.request_rounds == 0  # reset with the interval
 
 
+def test_budget_auto_log_line_shows_the_costs_the_choice_weighs():
+    """With budget auto's cost model as its source, the interval's line ends with the milliseconds per round the
+    model holds for every bucket at the interval's most frequent batch size ('-': no cost yet), read through the
+    model's own batch-size rounding; without a source, or past the model's largest batch, nothing is added."""
+    from sglang_ddtree.width_policy import CostModel
+
+    stats = metrics.AutoStats()
+    stats.add(15, 4)
+    assert stats.format().endswith("observed 0.00, ")  # no source: the line as before
+    costs = CostModel([1, 4, 8], (0, 15, 63), warmup=0)
+    costs.seed(4, 0, 5.2)
+    costs.seed(4, 15, 6.9)
+    costs.observe(4, 15, 7.25)
+    stats.set_cost_source(costs)
+    stats.add(15, 3)  # batch 3 runs in the batch-4 graphs: the same costs
+    stats.add(63, 3)
+    assert stats.format().endswith("ms/round at bs 3 {0: 5.20, 15: 7.25, 63: -}, ")
+    stats.reset()
+    assert stats.cost_source is costs and stats.format() == ""  # the source stays; an empty interval says nothing
+    stats.add(15, 9)  # past the largest captured batch size: no costs, no error
+    assert "ms/round" not in stats.format()
+
+
 def test_report_hook_passes_through_without_ddtree_rounds():
     calls = []
     r = _reporter("DFLASH", metrics_on=True, interval=1)

@@ -82,10 +82,16 @@ def ddtree_accept_fragment(accept_tokens: int, rounds: int, max_depth: int, hist
 
 # ---- --speculative-ddtree-budget auto: the interval statistics (worker.widths adds to them) --------------
 class AutoStats:
-    """Request-rounds per chosen budget, and predicted vs observed accepted drafts, over one log interval."""
+    """Request-rounds per chosen budget, and predicted vs observed accepted drafts, over one log interval; with a
+    cost source (``set_cost_source``: budget auto's ``CostModel``), also the milliseconds per round it currently
+    holds for every bucket at the interval's most frequent batch size (what the choice weighs, read a round late)."""
 
     def __init__(self):
+        self.cost_source = None  # CostModel-like: .budgets, .cost(bs, budget) -> ms or None; kept across intervals
         self.reset()
+
+    def set_cost_source(self, costs) -> None:
+        self.cost_source = costs
 
     def reset(self) -> None:
         self.rounds_by_budget: Dict[int, int] = collections.Counter()
@@ -94,11 +100,13 @@ class AutoStats:
         self.predicted = 0.0
         self.observed = 0.0
         self.drafted_request_rounds = 0  # request-rounds with a tree (budget > 0) and a forecast
+        self.rounds_by_rows: Dict[int, int] = collections.Counter()  # rounds per batch size
 
     def add(self, budget: int, rows: int, predicted: Optional[float] = None, observed: Optional[float] = None) -> None:
         """One round of ``rows`` requests at ``budget``; predicted / observed accepted drafts (sums over the rows)
         for the rounds that carried a forecast."""
         self.rounds_by_budget[budget] += 1
+        self.rounds_by_rows[rows] += 1
         self.request_rounds += rows
         self.budget_request_rounds += budget * rows
         if budget > 0 and predicted is not None:
@@ -113,7 +121,20 @@ class AutoStats:
         mean = self.budget_request_rounds / self.request_rounds
         per = max(self.drafted_request_rounds, 1)
         return (f"auto budget: mean {mean:.1f}, rounds by budget {picks}, accepted drafts predicted "
-                f"{self.predicted / per:.2f} observed {self.observed / per:.2f}, ")
+                f"{self.predicted / per:.2f} observed {self.observed / per:.2f}, " + self._costs())
+
+    def _costs(self) -> str:
+        """'ms/round at bs B {b: ms, ...}, ' for the interval's most frequent batch size (ties: the larger), from
+        the cost source ('-' where it has no cost yet; nothing without a source or past its largest batch)."""
+        if self.cost_source is None or not self.rounds_by_rows:
+            return ""
+        bs = max(self.rounds_by_rows, key=lambda r: (self.rounds_by_rows[r], r))
+        try:
+            cells = {b: self.cost_source.cost(bs, b) for b in self.cost_source.budgets}
+        except ValueError:  # a batch larger than the cost table's largest
+            return ""
+        text = ", ".join(f"{b}: {'-' if ms is None else f'{ms:.2f}'}" for b, ms in cells.items())
+        return f"ms/round at bs {bs} {{{text}}}, "
 
 
 AUTO_STATS = AutoStats()

@@ -18,7 +18,8 @@ The policy itself (buckets, accept and cost models, argmax of expected tokens pe
                   width is its own graphs, whose collectives must pair up): rounds are read at a fixed lag of
                   ``AGREED_LAG`` rounds, waiting on their (long completed) events instead of polling them, and
                   costs are the ranks' mean, agreed every ``share_every`` rounds and at calibration.
-Interval statistics for the decode log and ``/metrics`` go to ``metrics.AUTO_STATS``.
+Interval statistics for the decode log and ``/metrics`` go to ``metrics.AUTO_STATS`` (the decode log also shows the
+cost model's current milliseconds per bucket at the interval's most frequent batch size).
 """
 
 from __future__ import annotations
@@ -228,6 +229,7 @@ class AutoWidth:
         self.budgets = tuple(config.buckets)
         sizes = sorted({int(b) for b in batch_sizes} | {int(max_batch_size)})
         self.costs = CostModel(sizes, self.budgets)
+        metrics.AUTO_STATS.set_cost_source(self.costs)  # the decode log shows the costs the choice weighs
         self.accept = accept_model(self.budgets)
         self.policy = WidthPolicy(self.budgets, self.costs, self.accept)
         self.forecast: Optional[DraftForecast] = None
