@@ -91,6 +91,13 @@ def test_the_head_takes_its_top_k_pass_from_the_environment(monkeypatch):
         dh.topk_select()
 
 
+def test_the_start_up_log_names_the_pass_and_the_switch():
+    assert dh.describe_select("rows") == ("threshold pass from 100 rows a launch, every slice's below "
+                                          "(SGLANG_DDTREE_TOPK_THRESHOLD unset)")
+    assert dh.describe_select("threshold") == "threshold pass at every row count (SGLANG_DDTREE_TOPK_THRESHOLD=1)"
+    assert dh.describe_select("all") == "every slice's pass at every row count (SGLANG_DDTREE_TOPK_THRESHOLD=0)"
+
+
 def test_by_rows_a_launch_takes_the_threshold_pass_from_the_cutoff_up():
     """The default ``rows`` resolves per launch: ``threshold`` from THRESHOLD_MIN_ROWS rows, ``all`` below; a
     forced choice is kept at every row count; an unknown one is refused by ``topk_lse``."""

@@ -46,6 +46,16 @@ def topk_select() -> str:
     return "threshold" if on else "all"
 
 
+def describe_select(select: str) -> str:
+    """One phrase for the start-up log: which top-K pass the draft head's launches take."""
+    if select == "rows":
+        return (f"threshold pass from {THRESHOLD_MIN_ROWS} rows a launch, every slice's below "
+                f"({TOPK_THRESHOLD_ENV} unset)")
+    if select == "threshold":
+        return f"threshold pass at every row count ({TOPK_THRESHOLD_ENV}=1)"
+    return f"every slice's pass at every row count ({TOPK_THRESHOLD_ENV}=0)"
+
+
 def select_for_rows(select: str, rows: int) -> str:
     """``select`` as one launch of ``rows`` rows takes it: ``rows`` resolves to ``threshold`` from
     ``THRESHOLD_MIN_ROWS`` rows up, else ``all``; the others unchanged."""

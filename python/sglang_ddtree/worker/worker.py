@@ -37,7 +37,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig, resolved_args
-from sglang_ddtree.worker.draft_head import build_draft_head
+from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
@@ -83,9 +83,9 @@ class DDTreeWorker(DFlashWorkerV2):
         if get_tp_group().rank_in_group == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
-                "KV reserve %d/round.",
+                "KV reserve %d/round; draft top-K: %s.",
                 config.budget, config.topk, config.block_size, config.num_verify_tokens,
-                config.max_depth, config.reserve_per_decode,
+                config.max_depth, config.reserve_per_decode, describe_select(self._eager_head.select),
             )
 
     # ---- set-up hooks of DFlashWorkerV2 -------------------------------------------------------
