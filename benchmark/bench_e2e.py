@@ -305,10 +305,13 @@ TIMERS = ("graph", "launch")  # the kernel benchmarks' --timer: graph_median_us 
 
 def graph_median_us(fn, iters: int, calls: int = 1, digits: int = 1) -> float:
     """Median GPU time in microseconds of one ``fn()``, replayed from a CUDA graph that holds ``calls`` back-to-back
-    calls (``widths.replay_ms`` of ``iters`` replays / ``calls``), after an untimed call (compile) and a replay. Kernels of a few microseconds launched one at a time from Python are timed by their host launch (~20-60
-    us a Triton launch; session 27: every merge configuration "took" ~64 us a launch, ~6.4 us in the verify graph);
-    in a graph, as in the round, the GPU's own time is what shows."""
+    calls (``widths.replay_ms`` of ``iters`` replays / ``calls``), after an untimed call (compile) and a replay.
+    Kernels of a few microseconds launched one at a time from Python are timed by their host launch (~20-60 us a
+    Triton launch; session 27: every merge configuration "took" ~64 us a launch, ~6.4 us in the verify graph); in a
+    graph, as in the round, the GPU's own time is what shows."""
     import torch
+
+    from sglang_ddtree.worker.widths import replay_ms  # budget auto's calibration timer (no SGLang import)
 
     fn()
     side = torch.cuda.Stream()
@@ -317,8 +320,6 @@ def graph_median_us(fn, iters: int, calls: int = 1, digits: int = 1) -> float:
         fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
-    from sglang_ddtree.worker.widths import replay_ms  # budget auto's calibration timer (no SGLang import)
-
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(calls):

@@ -142,7 +142,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.out:
         write_report(args.out, sys.argv[1:] if argv is None else list(argv),
                      settings={"rows": rows, "vocab": args.vocab, "topk": args.topk, "iters": args.iters,
-                               "timer": args.timer, "graph_calls": GRAPH_CALLS, "configs": [config_name(*c) for c in configs]},
+                               "timer": args.timer, "graph_calls": GRAPH_CALLS,
+                               "configs": [config_name(*c) for c in configs]},
                      by_rows=results)
     return 0
 

@@ -39,11 +39,10 @@ def topk_select() -> str:
 
     from sglang_ddtree.config import env_switch
 
-    if os.environ.get(TOPK_THRESHOLD_ENV, "").strip() == "":
+    if not os.environ.get(TOPK_THRESHOLD_ENV, "").strip():  # unset: by rows (env_switch has no third state)
         return "rows"
-    on = env_switch(TOPK_THRESHOLD_ENV, on="the threshold top-K pass at every row count",
-                    off="every slice's top-K at every row count; unset: by rows")
-    return "threshold" if on else "all"
+    return "threshold" if env_switch(TOPK_THRESHOLD_ENV, on="the threshold top-K pass at every row count",
+                                     off="every slice's top-K at every row count; unset: by rows") else "all"
 
 
 def describe_select(select: str) -> str:
