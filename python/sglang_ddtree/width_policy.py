@@ -26,6 +26,7 @@ sync): nothing here touches SGLang.
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 from typing import Dict, NamedTuple, Optional, Sequence
 
@@ -62,32 +63,45 @@ class DraftForecast(NamedTuple):
 
 class CostModel:
     """Milliseconds per round by (batch size, bucket budget): seeded by a start-up calibration of each captured
-    batch size, refined by observed rounds: their mean until a key has ``1 / smoothing`` of them, then an
-    exponential moving average (so a key observed a few times is not one noisy round). A batch runs at the smallest
-    captured size that holds it (CUDA graphs pad), so lookups round the batch size up.
+    batch size, then estimated from observed rounds as the lower median of a key's last ``window`` used rounds.
+    A batch runs at the smallest captured size that holds it (CUDA graphs pad), so lookups round the batch size up.
 
-    The first ``warmup`` observations of a key are counted but not used: the first round at a new (batch size,
-    width) compiles the Triton kernels of its shapes (a JIT compile takes up to seconds, and a single such sample
-    would otherwise stand for the key until it is chosen again, which it then never is). Later observations
-    move the average by at most a factor ``max_jump`` each (one stray round - a collection, a neighbour on the
-    machine - cannot swing a choice)."""
+    Round periods are skewed: most rounds sit within ~1 % of the typical one, and a few are 10-20 % (a stall,
+    a collection, a neighbour on the machine) or many times slower. A moving average lets one slow round move a
+    near tie, after which the incumbent's rival is measured only by exploration (session 24, Qwen3-8B shape at
+    c 2: stretches of 45 rounds at 63 after single slow rounds at 31); the lower median of the window moves only
+    when most of its rounds do.
+    - The first ``warmup`` observations of a key are counted but not used: the first round at a new (batch size,
+      width) compiles the Triton kernels of its shapes (up to seconds).
+    - Until a key has ``settle`` used rounds, a stand-in counts as one more sample: the estimate it would have
+      unobserved (its seed plus the lent offset, below). So a single stray round cannot decide a key alone
+      (session 24 at c 1: a 123 ms round among budget 63's first ones, then 150 rounds at 31, whose logged median
+      was 6.98 ms against 63's 6.83; a mean it enters prices 63, and through the lent offset every drafting bucket
+      not yet observed, 116 ms too high).
+    - A key measured again after ``stale_after`` observations of other keys (an exploration, a batch size coming
+      back) settles afresh, its former estimate the stand-in: costs drift with the GPU's power cap while the
+      choice is measured every round and its rivals rarely, and a window of old rounds would otherwise need
+      most of its length in explorations to follow."""
 
-    def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, smoothing: float = 0.1,
-                 warmup: int = 1, max_jump: float = 2.0):
-        if not 0.0 < smoothing <= 1.0:
-            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
-        if warmup < 0 or max_jump <= 1.0:
-            raise ValueError(f"warmup must be >= 0 and max_jump > 1, got {warmup}, {max_jump}")
+    def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, window: int = 9, warmup: int = 1,
+                 settle: int = 3, stale_after: int = 16):
+        if window < 1 or warmup < 0 or not 1 <= settle <= window or stale_after < 1:
+            raise ValueError(f"window must be >= 1, warmup >= 0, settle in [1, window] and stale_after >= 1, got "
+                             f"{window}, {warmup}, {settle}, {stale_after}")
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
         self.budgets = tuple(budgets)
-        self.smoothing = smoothing
+        self.window = window
         self.warmup = warmup
-        self.max_jump = max_jump
-        self._ms: Dict[tuple, float] = {}
+        self.settle = settle
+        self.stale_after = stale_after
         self._seed: Dict[tuple, float] = {}
-        self._observed: set = set()
+        self._used: Dict[tuple, collections.deque] = {}  # the last ``window`` used observations of a key
         self._count: Dict[tuple, int] = {}  # observations per key, warm-up ones included
-        # Running sums of (observed - seed) over observed seeded keys, by kind (drafting or not): O(1) lookups,
+        self._ms: Dict[tuple, float] = {}  # keys settled once: the lower median of their window when they settled
+        self._stand_in: Dict[tuple, float] = {}  # keys settling afresh: their former estimate
+        self._ticks = 0  # observations of any key
+        self._last: Dict[tuple, int] = {}  # a key's latest used observation, in ``_ticks``
+        # Running sums of (estimate - seed) over settled seeded keys, by kind (drafting or not): O(1) lookups,
         # since the policy asks for every bucket's cost every round.
         self._offset_sum = {False: 0.0, True: 0.0}
         self._offset_n = {False: 0, True: 0}
@@ -101,50 +115,67 @@ class CostModel:
         return self.batch_sizes[i], budget
 
     def seed(self, bs: int, budget: int, ms: float) -> None:
-        key = self._key(bs, budget)
-        self._ms[key] = self._seed[key] = float(ms)
+        self._seed[self._key(bs, budget)] = float(ms)
 
     def observe(self, bs: int, budget: int, ms: float) -> None:
         key = self._key(bs, budget)
+        self._ticks += 1
         n = self._count.get(key, 0) + 1
         self._count[key] = n
         if n <= self.warmup:
             return
-        ms = float(ms)
-        old = self._ms.get(key)  # the first used observation replaces a calibration seed, later ones are smoothed
-        if key in self._observed:
-            ms = min(max(ms, old / self.max_jump), old * self.max_jump)
-            # the mean of the used observations until there are 1 / smoothing of them, then the moving average
-            new = old + max(self.smoothing, 1.0 / (n - self.warmup)) * (ms - old)
-        else:
-            new = ms
+        used = self._used.get(key)
+        if used is None:
+            used = self._used[key] = collections.deque(maxlen=self.window)
+        if key in self._ms and key not in self._stand_in and self._ticks - self._last[key] > self.stale_after:
+            used.clear()
+            self._stand_in[key] = self._ms[key]
+        self._last[key] = self._ticks
+        used.append(float(ms))
+        if len(used) < self.settle:
+            return
+        self._stand_in.pop(key, None)
+        new, old = _lower_median(used), self._ms.get(key)
         self._ms[key] = new
         if key in self._seed:
             kind = budget > 0
-            if key in self._observed:
-                self._offset_sum[kind] += new - old
-            else:
+            if old is None:
                 self._offset_sum[kind] += new - self._seed[key]
                 self._offset_n[kind] += 1
-        self._observed.add(key)
+            else:
+                self._offset_sum[kind] += new - old
 
     def observations(self, bs: int, budget: int) -> int:
         """Rounds observed at the key of (bs, budget), warm-up rounds included."""
         return self._count.get(self._key(bs, budget), 0)
 
     def cost(self, bs: int, budget: int) -> Optional[float]:
-        """The smoothed observation; for a seeded but never observed key the seed plus the mean offset
-        (observed - seed) of the observed keys of the same kind (drafting or not, any batch size), since a
-        calibration replays the graphs alone and misses the round's fixed host and glue cost."""
+        """A settled key's lower median; a settling one's lower median with its stand-in as one more sample; a
+        seeded, never observed key's seed plus the mean offset (estimate - seed) of the settled keys of the same
+        kind (drafting or not, any batch size), since a calibration replays the graphs alone and misses the
+        round's fixed host and glue cost; None for a key with neither seed nor observation."""
         key = self._key(bs, budget)
-        if key in self._observed or key not in self._seed:
-            return self._ms.get(key)
-        n = self._offset_n[budget > 0]
-        return self._seed[key] + (self._offset_sum[budget > 0] / n if n else 0.0)
+        stand_in = self._stand_in.get(key)
+        if stand_in is None:
+            if key in self._ms:
+                return self._ms[key]
+            if key in self._seed:
+                n = self._offset_n[budget > 0]
+                stand_in = self._seed[key] + (self._offset_sum[budget > 0] / n if n else 0.0)
+        used = self._used.get(key)
+        if not used:
+            return stand_in
+        return _lower_median(list(used) + ([stand_in] if stand_in is not None else []))
 
     def table(self) -> Dict[tuple, Optional[float]]:
         """{(batch size, budget): ms} for every captured batch size and bucket (the start-up log)."""
         return {(bs, b): self.cost(bs, b) for bs in self.batch_sizes for b in self.budgets}
+
+
+def _lower_median(values) -> float:
+    """The median of an odd count, the smaller middle value of an even one (slow rounds are the outliers)."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 class TableAcceptModel:

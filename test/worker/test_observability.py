@@ -307,7 +307,7 @@ def test_budget_auto_log_line_shows_the_costs_the_choice_weighs():
     stats = metrics.AutoStats()
     stats.add(15, 4)
     assert stats.format().endswith("observed 0.00, ")  # no source: the line as before
-    costs = CostModel([1, 4, 8], (0, 15, 63), warmup=0)
+    costs = CostModel([1, 4, 8], (0, 15, 63), warmup=0, settle=1)
     costs.seed(4, 0, 5.2)
     costs.seed(4, 15, 6.9)
     costs.observe(4, 15, 7.25)

@@ -106,58 +106,70 @@ def test_table_accept_model_interpolates_in_log2():
         TableAcceptModel({0: 2.0})
 
 
-def test_cost_model_pads_batch_sizes_and_smooths():
-    c = CostModel([1, 8, 32], (0, 16), smoothing=0.5, warmup=0)
+def test_cost_model_pads_batch_sizes_and_takes_the_lower_median():
+    c = CostModel([1, 8, 32], (0, 16), window=3, warmup=0, settle=1)
     c.seed(8, 16, 10.0)
     assert c.cost(5, 16) == 10.0  # runs in the bs-8 graph
     assert c.cost(9, 16) is None
-    c.observe(8, 16, 14.0)  # the first observation replaces the seed, later ones are smoothed
+    c.observe(8, 16, 14.0)  # settle 1: the first observation replaces the seed
     assert c.cost(8, 16) == pytest.approx(14.0)
-    c.observe(8, 16, 10.0)
-    assert c.cost(8, 16) == pytest.approx(12.0)
-    c.observe(1, 0, 3.0)  # first observation seeds
+    c.observe(8, 16, 10.0)  # an even count: the smaller middle value
+    assert c.cost(8, 16) == pytest.approx(10.0)
+    c.observe(8, 16, 50.0)
+    assert c.cost(8, 16) == pytest.approx(14.0)
+    c.observe(8, 16, 60.0)  # the window holds the last 3: 10, 50, 60
+    assert c.cost(8, 16) == pytest.approx(50.0)
+    c.observe(1, 0, 3.0)  # unseeded: the observation alone
     assert c.cost(1, 0) == 3.0
     with pytest.raises(ValueError):
         c.cost(33, 16)
     with pytest.raises(ValueError):
         c.seed(1, 7, 1.0)
+    with pytest.raises(ValueError):
+        CostModel([8], (0, 15), window=3, settle=4)
 
 
 def test_cost_model_lends_observed_offsets_to_unobserved_buckets():
     """A calibration replays graphs alone; a round costs more (host work, eager glue). Unobserved keys take the
-    mean offset of observed ones of the same kind (drafting or not), kept as running sums."""
-    c = CostModel([1, 8], (0, 3, 15), smoothing=0.5, warmup=0)
+    mean offset of settled ones of the same kind (drafting or not), kept as running sums."""
+    c = CostModel([1, 8], (0, 3, 15), window=3, warmup=0, settle=1)
     for bs in (1, 8):
         for b, ms in ((0, 0.2), (3, 0.5), (15, 0.6)):
             c.seed(bs, b, ms + bs * 0.01)
-    c.observe(1, 15, 1.6)  # the first observation replaces the seed (0.61): offset +0.99
+    c.observe(1, 15, 1.6)  # replaces the seed (0.61): offset +0.99
     assert c.cost(1, 15) == pytest.approx(1.6)
     assert c.cost(8, 3) == pytest.approx(0.58 + 0.99) and c.cost(1, 0) == pytest.approx(0.21)  # other kind: seed
-    c.observe(1, 15, 2.6)  # EMA 2.1: offset +1.49
+    c.observe(1, 15, 2.6)  # lower median of (1.6, 2.6): no change
+    c.observe(1, 15, 2.4)  # median 2.4: offset +1.79
     c.observe(8, 15, 0.68 + 0.5)  # offset +0.5
-    assert c.cost(8, 3) == pytest.approx(0.58 + (1.49 + 0.5) / 2)
+    assert c.cost(8, 3) == pytest.approx(0.58 + (1.79 + 0.5) / 2)
     c.observe(1, 0, 0.41)
     assert c.cost(8, 0) == pytest.approx(0.28 + 0.2)
     table = c.table()
-    assert len(table) == 6 and table[(1, 15)] == pytest.approx(2.1)
+    assert len(table) == 6 and table[(1, 15)] == pytest.approx(2.4)
 
 
-def test_cost_model_skips_compiling_rounds_and_bounds_each_step():
-    """A key's first round compiles its kernels (seconds): counted, not used. Later rounds move the average by
-    at most max_jump each, so one stray round cannot swing the choice."""
-    c = CostModel([8], (0, 15), smoothing=0.5)  # warmup 1, max_jump 2 by default
+def test_cost_model_skips_compiling_rounds_and_no_stray_round_decides_a_key():
+    """A key's first round compiles its kernels (seconds): counted, not used. Until a key has ``settle`` used
+    rounds its unobserved estimate counts as one more sample, and then the lower median of its window stands for
+    it: neither a stall as its first used round nor a few slow rounds among typical ones move it."""
+    c = CostModel([8], (0, 15))  # window 9, warmup 1, settle 3
     c.seed(8, 15, 10.0)
     c.observe(8, 15, 900.0)  # JIT compile of the first round at this width
     assert c.cost(8, 15) == 10.0 and c.observations(8, 15) == 1
-    c.observe(8, 15, 12.0)  # replaces the seed
+    c.observe(8, 15, 123.0)  # a stall as the first used round (session 24, c 1): the seed still stands
+    assert c.cost(8, 15) == 10.0
+    c.observe(8, 15, 12.0)  # seed, 123, 12: the median
     assert c.cost(8, 15) == pytest.approx(12.0)
-    c.observe(8, 15, 500.0)  # clipped to 24 before smoothing: 12 + 0.5 * 12
-    assert c.cost(8, 15) == pytest.approx(18.0)
-    c.observe(8, 15, 0.0)  # clipped to 9: 18 - 0.5 * 9
-    assert c.cost(8, 15) == pytest.approx(13.5)
-    assert c.observations(8, 15) == 4 and c.observations(8, 0) == 0
-    with pytest.raises(ValueError):
-        CostModel([8], (0, 15), max_jump=1.0)
+    c.observe(8, 15, 12.2)  # settled: 123, 12, 12.2 without the seed
+    assert c.cost(8, 15) == pytest.approx(12.2)
+    for ms in (12.1, 14.0, 12.0, 13.5, 12.1, 12.0):  # two slow rounds (+15 %) among typical ones
+        c.observe(8, 15, ms)
+    assert c.cost(8, 15) == pytest.approx(12.1)
+    for _ in range(5):  # a lasting change moves it once it holds most of the window
+        c.observe(8, 15, 20.0)
+    assert c.cost(8, 15) == pytest.approx(20.0)
+    assert c.observations(8, 15) == 15 and c.observations(8, 0) == 0
 
 
 def test_policy_explores_the_least_observed_near_bucket():
@@ -243,41 +255,35 @@ def _simulate(policy, costs, true_ms, bs, rounds):
 def test_a_near_tie_is_settled_by_measuring_the_runner_up():
     """The Qwen3-8B shape at batch 8 (session 10): calibration priced 15 and 31 within 1 % under the paper's table
     (7.59 and ~9 ms), the rounds at 31 cost 9.84 ms while 15 cost what it was priced at. The runner-up of a near tie
-    is measured (every tie_every-th round, until two rounds count), so the policy moves to 15 within 16 rounds and
-    stays there (but for its rare explorations); without the tie rule it stays at 31 for the benchmark's 62 rounds."""
+    is measured (every tie_every-th round, until four rounds count), so the policy moves to 15 within 16 rounds and
+    stays there (but for its rare explorations). Without the tie rule a runner-up that calibration priced too high
+    (here 15 at 8.1 ms for 7.62, 2.5 % behind 31 where it is 3.7 % ahead) waits for the explorations, whose first
+    round at a new width compiles and does not count: 60 of 62 rounds stay at 31."""
     budgets = (0, 7, 15, 31, 63)
     seeds = {0: 5.3, 7: 6.9, 15: 7.59, 31: 8.98, 63: 13.2}
     true_ms = {0: 5.3, 7: 6.95, 15: 7.62, 31: 9.84, 63: 14.9}
     table = TableAcceptModel({1: 1.8924, 3: 3.3995, 7: 5.5554, 15: 7.79, 16: 8.61, 32: 9.27, 64: 9.75})
 
-    def fresh(**kw):
+    def fresh(seeds, **kw):
         costs = CostModel([8], budgets)  # warm-up 1: a key's first round is not used
         for b, ms in seeds.items():
             costs.seed(8, b, ms)
         return WidthPolicy(budgets, costs, table, **kw), costs
 
-    policy, costs = fresh()
+    policy, costs = fresh(seeds)
     rates = policy.rates(8)  # 8 x 9.24 / 8.98 = 8.23k against 8 x 7.79 / 7.59 = 8.21k: 31 by 0.3 %
     assert max(rates, key=rates.get) == 31 and rates[15] > 0.99 * rates[31]
     picks = _simulate(policy, costs, true_ms, 8, 62)
     assert picks[16:].count(15) >= len(picks[16:]) - 2, picks  # two explorations at most in 46 rounds
     assert costs.cost(8, 15) == pytest.approx(7.62) and costs.cost(8, 31) == pytest.approx(9.84)
-    policy, costs = fresh(tie_every=0)
-    assert _simulate(policy, costs, true_ms, 8, 62).count(31) >= 60  # the measured period never moved it
+    overpriced = {**seeds, 15: 8.1, 31: 9.4}
+    true_ms = {**true_ms, 31: 9.4}
+    policy, costs = fresh(overpriced)
+    assert _simulate(policy, costs, true_ms, 8, 62)[16:].count(15) >= 44
+    policy, costs = fresh(overpriced, tie_every=0)
+    assert _simulate(policy, costs, true_ms, 8, 62).count(31) >= 60
     with pytest.raises(ValueError):
         WidthPolicy(budgets, costs, table, tie_within=1.0)
-
-
-def test_cost_model_averages_a_keys_first_rounds_before_smoothing():
-    """Until a key has 1 / smoothing used rounds its cost is their mean, not the first one plus a tenth of the rest."""
-    c = CostModel([8], (0, 7), smoothing=0.1, warmup=1)
-    c.seed(8, 7, 10.0)
-    for ms in (99.0, 12.0, 14.0, 10.0):  # the first is the compile round
-        c.observe(8, 7, ms)
-    assert c.cost(8, 7) == pytest.approx(12.0)
-    for _ in range(200):
-        c.observe(8, 7, 20.0)  # clipped to 2x per round, then the moving average
-    assert c.cost(8, 7) == pytest.approx(20.0, rel=1e-6)
 
 
 def _noisy_batch32(seed, rounds=300, **kw):
@@ -322,3 +328,60 @@ def test_a_noisy_near_tie_does_not_strand_the_policy_on_the_runner_up():
     old = dict(explore_within=0.5, tie_within=0.05, tie_observations=3)
     share_old, _ = worst(**old)
     assert share_old < 0.1  # the estimator alone does not rescue it: the exploration window matters too
+
+
+_PAPER_TABLE = {1: 1.8924, 3: 3.3995, 7: 5.5554, 15: 7.79, 16: 8.61, 32: 9.27, 64: 9.75}
+
+
+def _skewed_noise(rng):
+    """Round periods as session 24's auto engine logged them at c 1-8 on the Qwen3-8B shape (`session24/shape_c1_8`,
+    the 5th engine's log): ~87 % within 0.5 % of the typical round, ~8 % slow by 7-20 %, ~5 % fast by 7-20 %."""
+    u, core = rng.random(), math.exp(rng.gauss(0.0, 0.003))
+    if u < 0.08:
+        return core * rng.uniform(1.07, 1.2)
+    if u < 0.13:
+        return core * rng.uniform(0.8, 0.93)
+    return core
+
+
+def _session24(bs, seed, *, stall_at=None, rounds=160):
+    """Session 24's start-up calibration at bs 1 / 2 (the seeds) and its logged medians (true costs of 15, 31 and
+    63; the other buckets, never chosen there, at their seed plus the offset the chosen ones showed), the paper's
+    table, skewed noise, and at ``stall_at`` a 116 ms stall. Returns the committed tokens per true millisecond
+    over the best fixed bucket's."""
+    budgets = (0, 1, 3, 7, 15, 31, 63)
+    if bs == 1:
+        seeds = {0: 5.20, 1: 6.68, 3: 6.65, 7: 6.87, 15: 6.73, 31: 6.89, 63: 7.05}
+        true_ms = {**{b: ms + 0.1 for b, ms in seeds.items()}, 31: 6.98, 63: 6.83}
+    else:
+        seeds = {0: 5.31, 1: 6.69, 3: 6.87, 7: 6.73, 15: 6.86, 31: 7.06, 63: 7.53}
+        true_ms = {**{b: ms + 0.3 for b, ms in seeds.items()}, 15: 7.17, 31: 7.19, 63: 7.70}
+    rng = random.Random(seed)
+    costs = CostModel([bs], budgets)
+    for b, ms in seeds.items():
+        costs.seed(bs, b, ms)
+    table = TableAcceptModel(_PAPER_TABLE)
+    policy = WidthPolicy(budgets, costs, table)
+    spent = tokens = 0.0
+    for i in range(rounds):
+        b = policy.choose(bs)
+        costs.observe(bs, b, true_ms[b] * _skewed_noise(rng) + (116.0 if i == stall_at else 0.0))
+        spent += true_ms[b]
+        tokens += table.tokens_per_request(b)
+    return tokens / spent / max(table.tokens_per_request(b) / true_ms[b] for b in budgets)
+
+
+def test_a_stall_as_a_keys_first_used_round_does_not_price_it_out():
+    """Session 24 at c 1: a 123 ms round (a stall, 16x the typical 7 ms) among budget 63's first rounds, then 150
+    rounds at 31 although the log puts 63 at 6.83 ms against 31's 6.98. Here the stall is 63's first used round: a
+    moving average that starts from it prices every drafting bucket out (it lends the +116 ms offset to those not
+    yet observed; 0.20x of the best fixed bucket in this simulation); the stand-in keeps the key at its calibrated
+    estimate."""
+    assert min(_session24(1, seed, stall_at=1) for seed in range(20)) >= 0.98
+
+
+def test_slow_rounds_do_not_flip_a_near_tie():
+    """Session 24 at c 2: 31 beats 63 by 1.8 % (7.19 ms for 9.27 tokens against 7.70 for 9.75), and single slow
+    rounds at 31 sent the policy to 63 for stretches of up to 45 rounds. Under the logged noise, 40 seeds: no seed
+    loses more than 1 % of budget 31's rate (a moving average clipped at 2x per round: 1.6 %)."""
+    assert min(_session24(2, seed) for seed in range(40)) >= 0.99
