@@ -83,8 +83,8 @@ class CostModel:
       choice is measured every round and its rivals rarely, and a window of old rounds would otherwise need
       most of its length in explorations to follow."""
 
-    def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, window: int = 9, warmup: int = 1,
-                 settle: int = 3, stale_after: int = 16):
+    def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, window: int = 21, warmup: int = 1,
+                 settle: int = 3, stale_after: int = 8):
         if window < 1 or warmup < 0 or not 1 <= settle <= window or stale_after < 1:
             raise ValueError(f"window must be >= 1, warmup >= 0, settle in [1, window] and stale_after >= 1, got "
                              f"{window}, {warmup}, {settle}, {stale_after}")

@@ -153,7 +153,7 @@ def test_cost_model_skips_compiling_rounds_and_no_stray_round_decides_a_key():
     """A key's first round compiles its kernels (seconds): counted, not used. Until a key has ``settle`` used
     rounds its unobserved estimate counts as one more sample, and then the lower median of its window stands for
     it: neither a stall as its first used round nor a few slow rounds among typical ones move it."""
-    c = CostModel([8], (0, 15))  # window 9, warmup 1, settle 3
+    c = CostModel([8], (0, 15), window=9)  # warmup 1, settle 3 by default
     c.seed(8, 15, 10.0)
     c.observe(8, 15, 900.0)  # JIT compile of the first round at this width
     assert c.cost(8, 15) == 10.0 and c.observations(8, 15) == 1
@@ -170,6 +170,32 @@ def test_cost_model_skips_compiling_rounds_and_no_stray_round_decides_a_key():
         c.observe(8, 15, 20.0)
     assert c.cost(8, 15) == pytest.approx(20.0)
     assert c.observations(8, 15) == 15 and c.observations(8, 0) == 0
+
+
+def test_cost_model_settles_a_stale_key_afresh():
+    """A key measured again after more than ``stale_after`` observations of others (an exploration, a batch size
+    coming back) starts a fresh window with its former estimate as the stand-in: one new round can lower it (costs
+    drift, and the choice's rivals are measured rarely), a slow one cannot raise it, and ``settle`` new rounds
+    replace it."""
+    c = CostModel([8], (0, 7, 15), window=5, warmup=0, stale_after=4)
+    for _ in range(3):
+        c.observe(8, 15, 10.0)
+    for _ in range(5):  # the choice moves to 7: 15 goes stale
+        c.observe(8, 7, 8.0)
+    c.observe(8, 15, 9.0)  # lower median of (10, 9)
+    assert c.cost(8, 15) == pytest.approx(9.0)
+    for _ in range(5):
+        c.observe(8, 7, 8.0)
+    c.observe(8, 15, 30.0)  # still settling (no new restart): 9, 30 and the stand-in 10
+    assert c.cost(8, 15) == pytest.approx(10.0)
+    c.observe(8, 15, 11.0)  # settled on its fresh rounds alone: 9, 30, 11
+    assert c.cost(8, 15) == pytest.approx(11.0)
+    c.observe(8, 15, 12.0)  # 9, 30, 11, 12: the smaller middle value
+    assert c.cost(8, 15) == pytest.approx(11.0)
+    for _ in range(9):
+        c.observe(8, 7, 8.0)
+    c.observe(8, 15, 12.5)  # settled and stale: a fresh window, 11 the stand-in
+    assert c.cost(8, 15) == pytest.approx(11.0)
 
 
 def test_policy_explores_the_least_observed_near_bucket():
