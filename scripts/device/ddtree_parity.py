@@ -63,6 +63,11 @@ CONFIGS = {
     # the width changes every round, including width 0 = no drafting)
     "dd_triton_auto": ddtree("auto", 8),
     "dd_triton_auto_cycle": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True)),
+    # the same with the compile watch: every round's eager kernels compiled at start-up (worker.warmup), none after
+    "dd_triton_auto_cycle_compiles": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
+    "dd_fa3_auto_cycle_compiles": ddtree("auto", 8, backend="fa3",
+                                         _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
+    "dd_triton_b15_compiles": ddtree(15, 4, _test_hooks=dict(compile_watch=True)),
     "dd_triton_auto_cycle_nograph": ddtree("auto", 8, disable_cuda_graph=True, _test_hooks=dict(cycle_budgets=True)),
     "dd_triton_auto_cycle_nooverlap": ddtree("auto", 8, disable_overlap_schedule=True,
                                              _test_hooks=dict(cycle_budgets=True)),
@@ -150,11 +155,28 @@ def test_hooks_env(hooks) -> dict:
     return {k: v for k, v in _test_plugin_env.plugin_env(**hooks).items() if k != "PYTHONPATH"}
 
 
-def run_config(name, target, draft, prompts, max_new_tokens):
+def compile_report(path):
+    """The compile watch's lines (test plugin, ``DDTREE_TEST_COMPILE_LOG``): {"warmed": ranks that logged the start-up
+    warm-up, "rounds_that_compiled": their "compiled" lines (round, bs, kernel counts before / after)}."""
+    if not os.path.isfile(path):
+        return {"error": f"no compile log at {path}"}
+    lines = [json.loads(x) for x in open(path) if x.strip()]
+    return {"warmed": sum(x["event"] == "warmed" for x in lines),
+            "no_warm_up": sum(x["event"] == "no_warm_up" for x in lines),
+            "rounds_that_compiled": [x for x in lines if x["event"] == "compiled"]}
+
+
+def run_config(name, target, draft, prompts, max_new_tokens, out_dir="."):
     import sglang
 
     kw = dict(CONFIGS[name])
     hooks = kw.pop("_test_hooks", None)
+    compile_log = None
+    if hooks and hooks.get("compile_watch"):  # the test plugin's compile watch, logged beside results.jsonl
+        compile_log = os.path.abspath(os.path.join(out_dir, f"compiles_{name}.jsonl"))
+        if os.path.exists(compile_log):
+            os.remove(compile_log)
+        hooks = {**{k: v for k, v in hooks.items() if k != "compile_watch"}, "compile_log": compile_log}
     env = {**(test_hooks_env(hooks) if hooks else {}), **kw.pop("_env", {})}
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -183,6 +205,8 @@ def run_config(name, target, draft, prompts, max_new_tokens):
             else:
                 os.environ[k] = v
     out["start_s"], out["total_s"] = start_s, time.time() - t0
+    if compile_log is not None:
+        out["compiles"] = compile_report(compile_log)
     return out
 
 
@@ -231,8 +255,10 @@ def main():
         print(f"[parity] === {spec} ({time.time() - t_start:.0f}s)", flush=True)
         rec = dict(config=spec, kwargs={k: v for k, v in CONFIGS[name].items()})  # _test_hooks included
         try:
-            got = run_config(name, target, draft, prompts[variant], args.max_new_tokens)
+            got = run_config(name, target, draft, prompts[variant], args.max_new_tokens, args.out)
             rec.update(start_s=round(got["start_s"], 1), total_s=round(got["total_s"], 1))
+            if "compiles" in got:
+                rec["compiles"] = got["compiles"]
             if name.startswith("dflash_"):
                 refs[("dflash",) + key] = got
             if name.startswith("plain_") and CONFIGS[name].get("page_size", 1) > 1 and key in refs:

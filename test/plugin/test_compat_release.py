@@ -154,10 +154,11 @@ def test_the_draft_cuda_graphs_are_captured_in_the_drafters_widths(monkeypatch):
     monkeypatch.setattr(type(a), "drafter_widths", lambda self, config: _Recorder(seen, config))
     monkeypatch.setattr(DFlashWorkerV2, "init_cuda_graphs", lambda self: seen.append(("draft graphs",)))
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_draft_kv_graphs", lambda self: seen.append(("kv graphs",)))
+    monkeypatch.setattr(worker_mod.DDTreeWorker, "_warm_round_kernels", lambda self: seen.append(("warm-up",)))
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config = DDTreeConfig(budget=64, topk=8, block_size=16)
     w.init_cuda_graphs()
-    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",)]
+    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",), ("warm-up",)]
 
 
 @pytest.mark.parametrize("phase", ["alloc_memory_pool", "init_attention_backends", "init_cuda_graphs"])
@@ -184,6 +185,7 @@ def test_the_scheduler_sets_the_draft_runner_up_in_the_drafters_widths(monkeypat
         widths, target = (lambda: "upstream"), contextlib.nullcontext()
     monkeypatch.setattr(DFlashWorkerV2, phase, lambda self, *args, **kwargs: seen.append((phase, args, widths())))
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_draft_kv_graphs", lambda self: None)
+    monkeypatch.setattr(worker_mod.DDTreeWorker, "_warm_round_kernels", lambda self: None)
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config = DDTreeConfig(budget=15, topk=4, block_size=8)
     with target:

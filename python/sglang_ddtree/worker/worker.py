@@ -128,6 +128,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._draft_kv_graphs = self._init_draft_kv_graphs()
         if self.config.adaptive:
             self._init_auto()
+        self._warm_round_kernels()
 
     def _init_draft_kv_graphs(self):
         """The draft-KV append as one graph replay per round (``draft_kv_graph``) where the draft forward has
@@ -171,6 +172,32 @@ class DDTreeWorker(DFlashWorkerV2):
         if rank0:
             logger.info("DDTREE auto: buckets %s, set up in %.1f s; start-up policy:\n  %s", list(self.config.buckets),
                         time.perf_counter() - tic, "\n  ".join(self._auto.describe()))
+
+    def _warm_round_kernels(self) -> None:
+        """Compile the round's eager Triton kernels now, at every width it may verify (``warmup``): compiled on first
+        use, each would stall the first round that needs it, with budget auto long after start. A failure here
+        leaves them to compile on first use, as before, and says so."""
+        from sglang_ddtree.worker import warmup
+
+        tic = time.perf_counter()
+        try:
+            mr = self.target_worker.model_runner
+            if self._move_kv is None:
+                self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
+            if self._fa3_tree_bits is None:
+                self._fa3_tree_bits = self._decide_fa3_tree_bits()
+            ran = warmup.warm_round_kernels(
+                self.config, self.device, tree_bits=self._fa3_tree_bits,
+                vocab_size=int(mr.model_config.vocab_size),
+                req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+                max_batch_size=int(mr.max_running_requests), move_kv=self._move_kv)
+        except Exception as e:
+            logger.warning("DDTREE: the round's kernels were not compiled at start-up (%s: %s); each compiles at its "
+                           "first round.", type(e).__name__, e)
+            return
+        if get_tp_group().rank_in_group == 0:
+            logger.info("DDTREE: round kernels warmed at start-up for budgets %s: %d calls in %.1f s.",
+                        list(self.config.buckets), len(ran), time.perf_counter() - tic)
 
     def _make_next_draft_input_prefill(self, *, bonus_tokens, seq_lens):
         return make_draft_input(bonus_tokens, seq_lens)

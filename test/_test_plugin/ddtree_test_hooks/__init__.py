@@ -8,6 +8,8 @@ declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in ev
   BUILD   AFTER ``worker.verify_topology``: the FULL_MASK's tree part corrupted (control of a test);
   VERIFY  AFTER ``DDTreeWorker._verify``: the first rounds' trees and verify logits saved to disk;
   WIDTH   AFTER ``widths.AutoWidth.choose`` (budget auto): a fixed cycle of buckets, a new width every round.
+  COMPILE AFTER ``DDTreeWorker._warm_round_kernels`` and ``DDTreeWorker._decode_round``: the round kernels'
+          Triton compiles after the start-up warm-up, logged (``compile_watch``).
   HYBRID  a deliberate state fault: AFTER ``worker.hybrid.last_accepted_rows`` (commit row accept_len - 1), or
           AFTER ``worker.verify_topology`` (children linked highest row first: only the hybrid kernels read them).
 With none of the variables set it registers nothing. The production package knows none of this.
@@ -24,6 +26,8 @@ DRAFT_TARGET = f"{WORKER}.DDTreeWorker._draft"
 VERIFY_TARGET = f"{WORKER}.DDTreeWorker._verify"
 TOPOLOGY_TARGET = f"{WORKER}.verify_topology"  # the worker's own binding (``from ... import verify_topology``)
 CHOOSE_TARGET = "sglang_ddtree.worker.widths.AutoWidth.choose"
+WARM_TARGET = f"{WORKER}.DDTreeWorker._warm_round_kernels"
+ROUND_TARGET = f"{WORKER}.DDTreeWorker._decode_round"
 COMMIT_ROWS_TARGET = "sglang_ddtree.worker.hybrid.last_accepted_rows"  # looked up at call time by HybridStateCommit
 
 _registered = None  # the HookEnv registered in this process, once
@@ -44,6 +48,9 @@ def planned_hooks(env) -> list:
         out.append((VERIFY_TARGET, hooks.after_verify_dump))
     if env.cycle_budgets:
         out.append((CHOOSE_TARGET, hooks.after_choose_cycle))
+    if env.compile_log:
+        out.append((WARM_TARGET, hooks.after_warm_compile_baseline))
+        out.append((ROUND_TARGET, hooks.after_round_compile_check))
     if env.hybrid_fault == "chain_commit":
         out.append((COMMIT_ROWS_TARGET, hooks.after_last_accepted_rows_chain))
     if env.hybrid_fault == "reversed_siblings":

@@ -10,6 +10,8 @@ DDTREE_TEST_CYCLE_BUDGETS=1            budget auto: every round verifies the nex
                                        (the width changes every round), whatever the policy chose
 DDTREE_TEST_HYBRID_FAULT=<mode>        a deliberate hybrid-state fault (modes: ``chain_commit``: commit row
                                        accept_len - 1; ``reversed_siblings``: children linked highest row first)
+DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
+                                       and after every round that compiled another Triton specialisation of them
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
 """
 
@@ -25,7 +27,9 @@ VERIFY_DUMP_ROUNDS = "DDTREE_TEST_VERIFY_DUMP_ROUNDS"
 CORRUPT_MASK = "DDTREE_TEST_CORRUPT_MASK"
 CYCLE_BUDGETS = "DDTREE_TEST_CYCLE_BUDGETS"
 HYBRID_FAULT = "DDTREE_TEST_HYBRID_FAULT"
-ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT)
+COMPILE_LOG = "DDTREE_TEST_COMPILE_LOG"
+ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT,
+            COMPILE_LOG)
 CORRUPT_MODES = ("causal",)
 HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
@@ -40,11 +44,12 @@ class HookEnv:
     corrupt_mask: str = ""
     cycle_budgets: bool = False
     hybrid_fault: str = ""
+    compile_log: str = ""
 
     @property
     def any(self) -> bool:
         return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
-                    or self.cycle_budgets or self.hybrid_fault)
+                    or self.cycle_budgets or self.hybrid_fault or self.compile_log)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -58,7 +63,7 @@ class HookEnv:
             raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
                   verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1",
-                  hybrid_fault=get(HYBRID_FAULT))
+                  hybrid_fault=get(HYBRID_FAULT), compile_log=get(COMPILE_LOG))
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):
@@ -67,6 +72,8 @@ class HookEnv:
             raise ValueError(f"{CORRUPT_MASK}={out.corrupt_mask!r}: modes are {', '.join(CORRUPT_MODES)}.")
         if out.hybrid_fault and out.hybrid_fault not in HYBRID_FAULTS:
             raise ValueError(f"{HYBRID_FAULT}={out.hybrid_fault!r}: modes are {', '.join(HYBRID_FAULTS)}.")
+        if out.compile_log and not os.path.isdir(os.path.dirname(os.path.abspath(out.compile_log))):
+            raise ValueError(f"{COMPILE_LOG}={out.compile_log!r}: its folder does not exist.")
         rounds = get(VERIFY_DUMP_ROUNDS)
         if rounds:
             if not rounds.isdigit() or int(rounds) < 1:

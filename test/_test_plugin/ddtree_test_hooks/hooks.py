@@ -9,6 +9,9 @@ Each reads its settings from ``configure``'s ``HookEnv``; none runs unless ``reg
   after_last_accepted_rows_chain          COMMIT: the hybrid commit row := accept_len - 1 (hybrid fault)
   after_verify_dump             VERIFY: the first rounds' trees and logits saved (``verify_check`` reads them);
                                 copies to the host, i.e. syncs: tests only
+  after_warm_compile_baseline   START-UP: the round kernels' compiled specialisations after the warm-up
+                                (``compile_watch``), one JSON line to DDTREE_TEST_COMPILE_LOG
+  after_round_compile_check     ROUND: a JSON line for every round after which that count grew
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ddtree_test_hooks import verify_check
 logger = logging.getLogger(__name__)
 
 _ENV = None
-_STATE = {"dumped": 0, "corrupted": 0}
+_STATE = {"dumped": 0, "corrupted": 0, "rounds": 0, "compiled": None}
 ORACLE_BANNER = "DDTREE TEST DRAFT ORACLE ACTIVE"
 DUMP_FORMAT = 1
 
@@ -31,7 +34,7 @@ DUMP_FORMAT = 1
 def configure(env) -> None:
     global _ENV
     _ENV = env
-    _STATE.update(dumped=0, corrupted=0)
+    _STATE.update(dumped=0, corrupted=0, rounds=0, compiled=None)
 
 
 def _arg(args, kwargs, index: int, name: str):
@@ -149,4 +152,41 @@ def after_verify_dump(result, worker, *args, **kwargs):
     if _STATE["dumped"] == 1:
         logger.warning("!!! DDTREE TEST VERIFY DUMP ACTIVE: saving %d rounds to %s !!!",
                        _ENV.verify_dump_rounds, _ENV.verify_dump)
+    return None
+
+
+# ---- START-UP and ROUND: Triton compiles of the round's eager kernels ---------------------------------------
+def _compile_line(event: dict) -> None:
+    import json
+
+    from sglang.srt.distributed import get_tp_group
+
+    with open(_ENV.compile_log, "a") as f:
+        f.write(json.dumps({**event, "rank": get_tp_group().rank_in_group, "pid": os.getpid()}) + "\n")
+
+
+def after_warm_compile_baseline(result, worker, *args, **kwargs):
+    """After ``DDTreeWorker._warm_round_kernels``: the counts every later round is compared with."""
+    from ddtree_test_hooks import compile_watch
+
+    _STATE["compiled"] = compile_watch.counts()
+    _compile_line({"event": "warmed", "counts": _STATE["compiled"], "buckets": list(worker.config.buckets)})
+    return None
+
+
+def after_round_compile_check(result, worker, *args, **kwargs):
+    """After ``DDTreeWorker._decode_round``: a line when the round compiled another specialisation."""
+    from ddtree_test_hooks import compile_watch
+
+    _STATE["rounds"] += 1
+    if _STATE["compiled"] is None:  # no warm-up ran (it failed, or another worker): the first round is the base
+        _STATE["compiled"] = compile_watch.counts()
+        _compile_line({"event": "no_warm_up", "round": _STATE["rounds"], "counts": _STATE["compiled"]})
+        return None
+    now = compile_watch.counts()
+    if now != _STATE["compiled"]:
+        batch = _arg(args, kwargs, 0, "batch")
+        _compile_line({"event": "compiled", "round": _STATE["rounds"], "bs": int(len(batch.seq_lens)),
+                       "grew": compile_watch.grown(_STATE["compiled"], now)})
+        _STATE["compiled"] = now
     return None
