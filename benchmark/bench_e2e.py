@@ -161,6 +161,7 @@ ENV_MODIFIERS = {
     "pagedx": {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"},  # DDTREE: --page-size > 1 beyond the GPU-verified configs
     "topkthr": {"SGLANG_DDTREE_TOPK_THRESHOLD": "1"},  # DDTREE: the draft head's threshold top-K pass at every rows
     "topkall": {"SGLANG_DDTREE_TOPK_THRESHOLD": "0"},  # DDTREE: every slice's top-K at every rows (before session 27)
+    "warmup": {"SGLANG_DDTREE_WARMUP": "1"},  # DDTREE: the round's Triton kernels compiled at start-up (worker.warmup)
 }
 
 

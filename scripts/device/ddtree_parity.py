@@ -36,10 +36,12 @@ from sglang_ddtree.validation import AUTO_TP_ENV, PAGED_VERIFIED_BACKENDS  # noq
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
 from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E402
+from sglang_ddtree.worker.warmup import ENV as WARMUP_ENV  # noqa: E402
 
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
 FI_PLAN, FI_UPSTREAM = {FI_PLAN_ENV: "1"}, {FI_PLAN_ENV: "0"}
 AUTO_TP = {AUTO_TP_ENV: "1"}  # budget auto at tp > 1 (experimental until tp2.sh has run it)
+WARMUP = {WARMUP_ENV: "1"}  # the round's kernels compiled at start-up (off by default until run on a GPU)
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -64,10 +66,14 @@ CONFIGS = {
     "dd_triton_auto": ddtree("auto", 8),
     "dd_triton_auto_cycle": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True)),
     # the same with the compile watch: every round's eager kernels compiled at start-up (worker.warmup), none after
-    "dd_triton_auto_cycle_compiles": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
-    "dd_fa3_auto_cycle_compiles": ddtree("auto", 8, backend="fa3",
+    "dd_triton_auto_cycle_compiles": ddtree("auto", 8, _env=WARMUP,
+                                            _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
+    "dd_fa3_auto_cycle_compiles": ddtree("auto", 8, backend="fa3", _env=WARMUP,
                                          _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
-    "dd_triton_b15_compiles": ddtree(15, 4, _test_hooks=dict(compile_watch=True)),
+    "dd_triton_b15_compiles": ddtree(15, 4, _env=WARMUP, _test_hooks=dict(compile_watch=True)),
+    # the compile watch without the warm-up: what a round compiles today (the control: it must log compiles)
+    "dd_triton_auto_cycle_nowarmup_compiles": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True,
+                                                                                 compile_watch=True)),
     "dd_triton_auto_cycle_nograph": ddtree("auto", 8, disable_cuda_graph=True, _test_hooks=dict(cycle_budgets=True)),
     "dd_triton_auto_cycle_nooverlap": ddtree("auto", 8, disable_overlap_schedule=True,
                                              _test_hooks=dict(cycle_budgets=True)),

@@ -39,6 +39,7 @@ def test_environment_modifiers(monkeypatch):
     assert bench_e2e.engine_env("dflash+fa3") == {}
     assert bench_e2e.engine_env("ddtree:63:8+fa3+kveager") == {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"}
     assert bench_e2e.engine_env("ddtree:63:8+fa3+kvgraph") == {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"}
+    assert bench_e2e.engine_env("ddtree:auto:8+fa3+warmup") == {"SGLANG_DDTREE_WARMUP": "1"}
     from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV
 
     assert bench_e2e.engine_env("ddtree:15:8+flashinfer+fiplan") == {FI_PLAN_ENV: "1"}

@@ -157,8 +157,13 @@ def test_the_draft_cuda_graphs_are_captured_in_the_drafters_widths(monkeypatch):
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_warm_round_kernels", lambda self: seen.append(("warm-up",)))
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config = DDTreeConfig(budget=64, topk=8, block_size=16)
+    monkeypatch.setenv("SGLANG_DDTREE_WARMUP", "1")  # the start-up warm-up of the round's kernels, last
     w.init_cuda_graphs()
     assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",), ("warm-up",)]
+    seen.clear()
+    monkeypatch.delenv("SGLANG_DDTREE_WARMUP")  # off by default until it has run on a GPU
+    w.init_cuda_graphs()
+    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",)]
 
 
 @pytest.mark.parametrize("phase", ["alloc_memory_pool", "init_attention_backends", "init_cuda_graphs"])

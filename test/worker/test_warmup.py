@@ -115,3 +115,13 @@ def test_the_warm_up_leaves_the_generator_alone():
     torch.manual_seed(5)
     assert "draw_rows" in warmup.warm_round_kernels(config, "cpu", vocab_size=16)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_switch(monkeypatch):
+    monkeypatch.delenv(warmup.ENV, raising=False)
+    assert not warmup.enabled()  # off until it has run on a GPU
+    monkeypatch.setenv(warmup.ENV, "1")
+    assert warmup.enabled()
+    monkeypatch.setenv(warmup.ENV, "yes")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_WARMUP='yes': use 1"):
+        warmup.enabled()

@@ -26,7 +26,17 @@ from typing import Callable, List, Optional
 
 import torch
 
-from sglang_ddtree.config import DDTreeConfig
+from sglang_ddtree.config import DDTreeConfig, env_switch
+
+# Off by default until it has run on a GPU (session 28 wrote it without one): ``test_warmup_gpu.py`` and the
+# parity script's ``*_compiles`` configs are the checks before the default turns on. 1: warm up, 0: do not.
+ENV = "SGLANG_DDTREE_WARMUP"
+
+
+def enabled() -> bool:
+    """Whether the worker compiles the round's kernels at start-up (``ENV``; default off, see above)."""
+    return env_switch(ENV, on="compile the round's kernels at start-up", off="each at its first round",
+                      default=False)
 
 
 def _pow2_classes(max_batch_size: int) -> List[int]:

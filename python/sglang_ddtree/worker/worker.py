@@ -121,14 +121,17 @@ class DDTreeWorker(DFlashWorkerV2):
     def init_cuda_graphs(self):
         """DFLASH's draft graphs (in the drafter's widths, above), then the draft-KV append graphs and, with
         ``--speculative-ddtree-budget auto``, the target's verify resources of every smaller bucket and the start-up
-        calibration (``widths``). The scheduler calls this after the target captured its own verify graphs (the
-        largest bucket's)."""
+        calibration (``widths``), then with ``SGLANG_DDTREE_WARMUP=1`` the round's kernels (``warmup``). The
+        scheduler calls this after the target captured its own verify graphs (the largest bucket's)."""
         with adapter().drafter_widths(self.config):
             super().init_cuda_graphs()
         self._draft_kv_graphs = self._init_draft_kv_graphs()
         if self.config.adaptive:
             self._init_auto()
-        self._warm_round_kernels()
+        from sglang_ddtree.worker import warmup
+
+        if warmup.enabled():
+            self._warm_round_kernels()
 
     def _init_draft_kv_graphs(self):
         """The draft-KV append as one graph replay per round (``draft_kv_graph``) where the draft forward has
