@@ -13,6 +13,13 @@
 #                                             # (fa3 staged; PAIRED_CONFIGS overrides)
 #     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, budgets 15 / 63, auto timed and
 #                                             # profiled, each trace analysed (where a round's host time goes)
+#     bash scripts/device/issue13.sh warmup   # the start-up warm-up of the round's kernels (worker/warmup.py, off by
+#                                             # default until this passes): its GPU unit test, sharp parity of auto's
+#                                             # bucket cycle and b15 with it on and the compile watch (no round may
+#                                             # compile), the control without it (its rounds do compile), and an auto
+#                                             # engine on the tiny pair with and without it (bench_e2e, unpaired; the
+#                                             # INFO log has the warm-up line and the new cost model's choices)
+#                                             # (triton; fa3 not needed)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
@@ -38,6 +45,12 @@ case "${1:-}" in
       "parity_auto=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_auto_cycle,sharp:dd_triton_auto,sharp:dd_triton_auto_cycle_nograph,sharp:dd_triton_auto_cycle_nooverlap --deadline-s 430" \
       "sampling_auto=DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py" \
       "pair_auto=python3 benchmark/bench_e2e.py $PAIR --configs plain,dflash,ddtree:63:8,ddtree:auto:8 --bs 1,16,48 --num-prompts 48 --max-new-tokens 64 --out \$CMD_OUT/e2e_auto.json"
+    ;;
+  warmup)
+    exec bash $PAR \
+      "unit=$PYT test/worker/test_warmup_gpu.py" \
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_auto_cycle_compiles,sharp:dd_triton_b15_compiles,sharp:dd_triton_auto_cycle_nowarmup_compiles --deadline-s 400" \
+      "pair_auto=python3 benchmark/bench_e2e.py $PAIR --configs ddtree:auto:8+loginfo,ddtree:auto:8+warmup+loginfo --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_warmup.json"
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
