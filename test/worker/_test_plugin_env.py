@@ -66,3 +66,21 @@ def add_plugin_path() -> None:
     if PLUGIN_DIR not in sys.path:
         sys.path.insert(0, PLUGIN_DIR)
     os.environ["PYTHONPATH"] = plugin_env()["PYTHONPATH"]
+
+
+def registrations(monkeypatch, variables: dict) -> list:
+    """What the test plugin's ``register`` hands ``HookRegistry.register`` ((target, hook, type) per call) with
+    exactly ``variables`` of the DDTREE_TEST_* ones set; pytest's ``monkeypatch`` undoes it all after the test."""
+    import ddtree_test_hooks
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    calls = []
+    monkeypatch.setattr(HookRegistry, "register", classmethod(lambda cls, *a, **k: calls.append(a)))
+    for var in TEST_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
+    ddtree_test_hooks.register()
+    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
+    return calls

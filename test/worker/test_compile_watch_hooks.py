@@ -11,16 +11,15 @@ import types
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _test_plugin_env import TEST_VARS, plugin_env  # noqa: E402
+from _test_plugin_env import plugin_env, registrations  # noqa: E402
 
-import ddtree_test_hooks  # noqa: E402
 from ddtree_test_hooks import compile_watch  # noqa: E402
 from ddtree_test_hooks import hooks as test_hooks  # noqa: E402
 from ddtree_test_hooks.env import HookEnv  # noqa: E402
 
 
 def test_env_and_registration(tmp_path, monkeypatch):
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
     log = str(tmp_path / "compiles.jsonl")
     assert HookEnv.from_env({"DDTREE_TEST_COMPILE_LOG": log}) == HookEnv(compile_log=log)
@@ -28,15 +27,7 @@ def test_env_and_registration(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="its folder does not exist"):
         HookEnv.from_env({"DDTREE_TEST_COMPILE_LOG": str(tmp_path / "missing" / "x.jsonl")})
     assert plugin_env(compile_log=log, base={})["DDTREE_TEST_COMPILE_LOG"] == log
-    calls = []
-    monkeypatch.setattr(HookRegistry, "register", classmethod(lambda cls, *a, **k: calls.append(a)))
-    for var in TEST_VARS:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("DDTREE_TEST_COMPILE_LOG", log)
-    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
-    ddtree_test_hooks.register()
-    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
-    assert calls == [("sglang_ddtree.worker.worker.DDTreeWorker._warm_round_kernels",
+    assert registrations(monkeypatch, {"DDTREE_TEST_COMPILE_LOG": log}) == [("sglang_ddtree.worker.worker.DDTreeWorker._warm_round_kernels",
                       test_hooks.after_warm_compile_baseline, HookType.AFTER),
                      ("sglang_ddtree.worker.worker.DDTreeWorker._decode_round",
                       test_hooks.after_round_compile_check, HookType.AFTER)]

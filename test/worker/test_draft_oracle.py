@@ -25,7 +25,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _test_plugin_env import PLUGIN_DIR, TEST_VARS, plugin_env, process_env, without_test_vars  # noqa: E402
+from _test_plugin_env import (PLUGIN_DIR, TEST_VARS, plugin_env, process_env, registrations,  # noqa: E402
+                              without_test_vars)
 from _worker_oracles import accept_walk  # noqa: E402
 
 from ddtree_test_hooks import hooks as test_hooks  # noqa: E402
@@ -494,8 +495,7 @@ def test_cycle_budgets_hook_changes_the_width_every_round():
         ("sglang_ddtree.worker.widths.AutoWidth.choose", test_hooks.after_choose_cycle)]
 def test_hybrid_fault_hooks_parse_register_and_act(monkeypatch):
     """DDTREE_TEST_HYBRID_FAULT: parsed, registered on exactly its target, and each hook returns its fault."""
-    import ddtree_test_hooks
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
     assert HookEnv.from_env({"DDTREE_TEST_HYBRID_FAULT": "chain_commit"}).any
     with pytest.raises(ValueError, match="modes are chain_commit, reversed_siblings"):
@@ -505,19 +505,11 @@ def test_hybrid_fault_hooks_parse_register_and_act(monkeypatch):
                "reversed_siblings": ("sglang_ddtree.worker.worker.verify_topology",
                                      test_hooks.after_verify_topology_reverse_siblings)}
     for mode, (target, fn) in targets.items():
-        calls = []
-        monkeypatch.setattr(HookRegistry, "register", classmethod(lambda cls, *a, **k: calls.append(a)))
-        for var in TEST_VARS:
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.setenv("DDTREE_TEST_HYBRID_FAULT", mode)
-        monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
-        ddtree_test_hooks.register()
-        assert calls == [(target, fn, HookType.AFTER)]
+        assert registrations(monkeypatch, {"DDTREE_TEST_HYBRID_FAULT": mode}) == [(target, fn, HookType.AFTER)]
         import importlib
 
         module, name = target.rsplit(".", 1)
         assert callable(getattr(importlib.import_module(module), name))  # the target exists
-    monkeypatch.setattr(ddtree_test_hooks, "_registered", None)
     acc = torch.tensor([3, 1], dtype=torch.int32)
     assert test_hooks.after_last_accepted_rows_chain(None, torch.zeros(8), acc, 4).tolist() == [2, 0]
     parents = torch.tensor([[-1, 0, 0, 1, 1, 0, -1]])
