@@ -8,7 +8,8 @@ verify width N = budget + 1 and not on the batch size (the batch is their grid):
   - the fused accept + commit (``kv_commit.greedy_accept_commit``);
   - the ancestor bits of fa3's fused tree attention (``tree_attention.ancestor_bits``), per word count of N.
 Upstream's ``assign_extend_cache_locs`` of the verify slots specialises on next_power_of_2(batch size) instead.
-The KV mover and the T > 0 draw have one specialisation each.
+The KV mover and the T > 0 draw have one specialisation each. Not warmed here: the flashinfer plan's kernels
+(``flashinfer_plan``, per power-of-two batch-size class) and the hybrid targets' state-commit kernels.
 
 Compiled on first use, each of them stalls the round that first needs it, and with it every running request:
 a cold Triton compile takes from a tenth of a second to seconds (``../shared/device/README.md``: ~60 s of kernel
