@@ -39,7 +39,7 @@ from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig, resolved_args
 from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
-from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling
+from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling, warmup
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit
 from sglang_ddtree.worker.tree_api import Tree, build_tree, fill_root, verify_topology
@@ -128,8 +128,6 @@ class DDTreeWorker(DFlashWorkerV2):
         self._draft_kv_graphs = self._init_draft_kv_graphs()
         if self.config.adaptive:
             self._init_auto()
-        from sglang_ddtree.worker import warmup
-
         if warmup.enabled():
             self._warm_round_kernels()
 
@@ -180,8 +178,6 @@ class DDTreeWorker(DFlashWorkerV2):
         """Compile the round's eager Triton kernels now, at every width it may verify (``warmup``): compiled on first
         use, each would stall the first round that needs it, with budget auto long after start. A failure here
         leaves them to compile on first use, as before, and says so."""
-        from sglang_ddtree.worker import warmup
-
         tic = time.perf_counter()
         try:
             mr = self.target_worker.model_runner
