@@ -162,7 +162,13 @@ ENV_MODIFIERS = {
     "topkthr": {"SGLANG_DDTREE_TOPK_THRESHOLD": "1"},  # DDTREE: the draft head's threshold top-K pass at every rows
     "topkall": {"SGLANG_DDTREE_TOPK_THRESHOLD": "0"},  # DDTREE: every slice's top-K at every rows (before session 27)
     "warmup": {"SGLANG_DDTREE_WARMUP": "1"},  # DDTREE: the round's Triton kernels compiled at start-up (worker.warmup)
+    # DIAGNOSTIC, through the TEST-ONLY plugin (test/_test_plugin): budget auto verifies bucket 0 (no drafting) every
+    # round, so a profile shows a width-0 round's cost against plain decoding's step
+    "pin0": {"DDTREE_TEST_PIN_BUDGET": "0"},
 }
+# Modifiers whose variables the test plugin reads: the plugin's folder goes on the engine processes' path
+TEST_PLUGIN_MODIFIERS = ("pin0",)
+TEST_PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test", "_test_plugin")
 
 
 # Config modifiers that act on the engine once it is warm (``after_warmup``): ``+gcfreeze`` freezes the garbage
@@ -182,13 +188,19 @@ def engine_env(spec: str) -> dict:
     env = {}
     for mod in spec.split("+")[1:]:
         env.update(ENV_MODIFIERS.get(mod, {}))
+        if mod in TEST_PLUGIN_MODIFIERS:  # a child process (bench_paired) finds the plugin through PYTHONPATH
+            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != TEST_PLUGIN_DIR]
+            env["PYTHONPATH"] = os.pathsep.join([TEST_PLUGIN_DIR] + paths)
     return env
 
 
 @contextlib.contextmanager
 def engine_environment(spec: str):
-    """os.environ with ``engine_env(spec)`` while an in-process Engine starts (its processes inherit it)."""
+    """os.environ with ``engine_env(spec)`` while an in-process Engine starts (its processes inherit it; a spawned
+    scheduler copies this process's sys.path, not PYTHONPATH, so a test-plugin modifier puts the plugin there)."""
     env = engine_env(spec)
+    if "PYTHONPATH" in env and TEST_PLUGIN_DIR not in sys.path:
+        sys.path.insert(0, TEST_PLUGIN_DIR)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -11,8 +11,9 @@
 #                                             # config was slower than in session 25's four-engine run: AR at bs 48
 #                                             # 11828 vs 20481 tok/s; the cause was not isolated)
 #                                             # (fa3 staged; PAIRED_CONFIGS overrides)
-#     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, budgets 15 / 63, auto timed and
-#                                             # profiled, each trace analysed (where a round's host time goes)
+#     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, auto pinned to width 0, budgets
+#                                             # 15 / 63, auto timed and profiled, each trace analysed (where a round's
+#                                             # host time goes; a width-0 round against AR's step)
 #     bash scripts/device/issue13.sh warmup   # the start-up warm-up of the round's kernels (worker/warmup.py, off by
 #                                             # default until this passes): its GPU unit test, sharp parity of auto's
 #                                             # bucket cycle and b15 with it on and the compile watch (no round may
@@ -81,9 +82,10 @@ case "${1:-}" in
     ;;
   profile)
     # where the tiny pair's rounds spend their host time at one batch size (benchmark/results/session27/
-    # width0_round.md): AR, budgets 15 / 63 and auto (+loginfo: its start-up cost table and budget mix in the log),
+    # width0_round.md): AR, auto pinned to width 0 every round (+pin0, the test plugin: a width-0 round against
+    # AR's step), budgets 15 / 63 and auto (+loginfo: its start-up cost table and budget mix in the log),
     # each timed at PROFILE_BS, then one torch-profiler trace per config of 2 generate calls of PROFILE_BS prompts,
-    # analysed (analyze_trace.py; plain decoding's round is its target step). fa3 staged; ~4 engines x ~1 minute
+    # analysed (analyze_trace.py; plain decoding's round is its target step). fa3 staged; ~5 engines x ~1 minute
     OUT=${OUT:-/tmp/profile_out}
     mkdir -p "$OUT"
     # shellcheck disable=SC1091
@@ -92,8 +94,8 @@ case "${1:-}" in
     BS=${PROFILE_BS:-16}
     # shellcheck disable=SC2086
     timeout -k 10 "${PROFILE_TIMEOUT_S:-480}" python3 benchmark/bench_e2e.py $P \
-      --configs "${PROFILE_CONFIGS:-plain+fa3,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:auto:8+fa3+loginfo}" \
-      --bs "$BS" --num-prompts 32 --max-new-tokens 64 --profile-dir /tmp/prof_tiny --profile-bs "$BS" \
+      --configs "${PROFILE_CONFIGS:-plain+fa3,ddtree:auto:8+fa3+pin0,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:auto:8+fa3+loginfo}" \
+      --bs "$BS" --num-prompts 32 --max-new-tokens 64 --profile-dir /tmp/prof_tiny --profile-bs "$BS" --deadline-s 360 \
       --out "$OUT/e2e_profile.json" > "$OUT/e2e_profile.log" 2>&1
     grep "\[bench_e2e\]\|DDTREE auto\|auto budget\|  bs " "$OUT/e2e_profile.log" | tail -n 60
     for d in /tmp/prof_tiny/*/; do

@@ -40,6 +40,10 @@ def test_environment_modifiers(monkeypatch):
     assert bench_e2e.engine_env("ddtree:63:8+fa3+kveager") == {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"}
     assert bench_e2e.engine_env("ddtree:63:8+fa3+kvgraph") == {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"}
     assert bench_e2e.engine_env("ddtree:auto:8+fa3+warmup") == {"SGLANG_DDTREE_WARMUP": "1"}
+    pinned = bench_e2e.engine_env("ddtree:auto:8+fa3+pin0")  # the test plugin's variable, and its folder on the path
+    assert pinned["DDTREE_TEST_PIN_BUDGET"] == "0"
+    assert pinned["PYTHONPATH"].split(os.pathsep)[0] == bench_e2e.TEST_PLUGIN_DIR
+    assert os.path.isdir(os.path.join(bench_e2e.TEST_PLUGIN_DIR, "ddtree_test_hooks"))
     from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV
 
     assert bench_e2e.engine_env("ddtree:15:8+flashinfer+fiplan") == {FI_PLAN_ENV: "1"}
@@ -151,3 +155,19 @@ def test_profile_counts_below_one_are_one_error_line(flag):
     proc = subprocess.run([sys.executable, _PATH, "--target", "T", "--draft", "D", "--out", "x.json", flag, "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and f"{flag} 0: must be at least 1" in proc.stderr, proc.stderr
+
+
+def test_a_test_plugin_modifier_puts_the_plugin_on_the_path(monkeypatch):
+    """``+pin0`` (a diagnostic through the TEST-ONLY plugin): while the in-process engine starts, its variable is set
+    and the plugin's folder is on this process's sys.path, which a spawned scheduler copies."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != bench_e2e.TEST_PLUGIN_DIR])
+    monkeypatch.delenv("DDTREE_TEST_PIN_BUDGET", raising=False)
+    with bench_e2e.engine_environment("ddtree:auto:8+fa3+pin0"):
+        assert os.environ["DDTREE_TEST_PIN_BUDGET"] == "0"
+    assert sys.path[0] == bench_e2e.TEST_PLUGIN_DIR and "DDTREE_TEST_PIN_BUDGET" not in os.environ
+    with bench_e2e.engine_environment("ddtree:auto:8+fa3"):  # other configs: nothing of the plugin's
+        assert "DDTREE_TEST_PIN_BUDGET" not in os.environ
+    assert bench_e2e.engine_kwargs("ddtree:auto:8+fa3+pin0", "D", "triton") == bench_e2e.engine_kwargs(
+        "ddtree:auto:8+fa3", "D", "triton")

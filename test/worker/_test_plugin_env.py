@@ -26,7 +26,7 @@ TEST_VARS = hook_env.ALL_VARS
 
 def plugin_env(*, draft_oracle: str = "", reverse_ranks: bool = False, verify_dump: str = "",
                verify_dump_rounds: int = 0, corrupt_mask: str = "", cycle_budgets: bool = False,
-               hybrid_fault: str = "", compile_log: str = "",
+               hybrid_fault: str = "", compile_log: str = "", pin_budget: int = -1,
                base=None) -> dict:
     """Variables to ADD to ``base`` (default ``os.environ``) for an engine process with these hooks.
     Always sets every DDTREE_TEST_* variable (empty = off), so nothing leaks in from ``base``."""
@@ -42,6 +42,7 @@ def plugin_env(*, draft_oracle: str = "", reverse_ranks: bool = False, verify_du
         hook_env.CYCLE_BUDGETS: "1" if cycle_budgets else "",
         hook_env.HYBRID_FAULT: hybrid_fault or "",
         hook_env.COMPILE_LOG: str(compile_log or ""),
+        hook_env.PIN_BUDGET: str(pin_budget) if pin_budget >= 0 else "",
     }
     allowed = base.get("SGLANG_PLUGINS", "").strip()
     if allowed and "ddtree_test" not in [x.strip() for x in allowed.split(",")]:

@@ -78,3 +78,27 @@ def test_parity_script_reads_the_log(tmp_path):
     assert report["warmed"] == 1 and report["no_warm_up"] == 0 and report["rounds_that_compiled"][0]["round"] == 4
     assert ddtree_parity.CONFIGS["dd_triton_auto_cycle_compiles"]["_test_hooks"] == dict(cycle_budgets=True,
                                                                                         compile_watch=True)
+
+
+def test_pin_budget_hook(monkeypatch):
+    """DDTREE_TEST_PIN_BUDGET (a diagnostic): parsed, excludes the bucket cycle, registered on the choice, and every
+    round verifies that bucket; one the server does not have fails the round."""
+    from sglang.srt.plugins.hook_registry import HookType
+
+    assert HookEnv.from_env({"DDTREE_TEST_PIN_BUDGET": "0"}) == HookEnv(pin_budget=0)
+    assert HookEnv(pin_budget=0).any and not HookEnv().any
+    for bad, match in (({"DDTREE_TEST_PIN_BUDGET": "-1"}, "an integer >= 0"),
+                       ({"DDTREE_TEST_PIN_BUDGET": "3", "DDTREE_TEST_CYCLE_BUDGETS": "1"}, "exclude each other")):
+        with pytest.raises(ValueError, match=match):
+            HookEnv.from_env(bad)
+    assert plugin_env(pin_budget=0, base={})["DDTREE_TEST_PIN_BUDGET"] == "0"
+    assert plugin_env(base={})["DDTREE_TEST_PIN_BUDGET"] == ""
+    assert registrations(monkeypatch, {"DDTREE_TEST_PIN_BUDGET": "0"}) == [
+        ("sglang_ddtree.worker.widths.AutoWidth.choose", test_hooks.after_choose_pin, HookType.AFTER)]
+    auto = types.SimpleNamespace(budgets=(0, 1, 3, 7))
+    test_hooks.configure(HookEnv(pin_budget=0))
+    assert [test_hooks.after_choose_pin(b, auto, 8) for b in (7, 3, 0)] == [0, 0, 0]
+    test_hooks.configure(HookEnv(pin_budget=15))
+    with pytest.raises(ValueError, match="not a bucket of this server"):
+        test_hooks.after_choose_pin(7, auto, 8)
+    test_hooks.configure(HookEnv())

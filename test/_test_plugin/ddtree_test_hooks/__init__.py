@@ -7,7 +7,8 @@ declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in ev
   DRAFT   AFTER ``DDTreeWorker._draft``: the draft oracle's plan, or the top-K order reversed;
   BUILD   AFTER ``worker.verify_topology``: the FULL_MASK's tree part corrupted (control of a test);
   VERIFY  AFTER ``DDTreeWorker._verify``: the first rounds' trees and verify logits saved to disk;
-  WIDTH   AFTER ``widths.AutoWidth.choose`` (budget auto): a fixed cycle of buckets, a new width every round.
+  WIDTH   AFTER ``widths.AutoWidth.choose`` (budget auto): a fixed cycle of buckets, a new width every round;
+          or one pinned bucket every round.
   COMPILE AFTER ``DDTreeWorker._warm_round_kernels`` and ``DDTreeWorker._decode_round``: the round kernels'
           Triton compiles after the start-up warm-up, logged (``compile_watch``).
   HYBRID  a deliberate state fault: AFTER ``worker.hybrid.last_accepted_rows`` (commit row accept_len - 1), or
@@ -48,6 +49,8 @@ def planned_hooks(env) -> list:
         out.append((VERIFY_TARGET, hooks.after_verify_dump))
     if env.cycle_budgets:
         out.append((CHOOSE_TARGET, hooks.after_choose_cycle))
+    if env.pin_budget >= 0:
+        out.append((CHOOSE_TARGET, hooks.after_choose_pin))
     if env.compile_log:
         out.append((WARM_TARGET, hooks.after_warm_compile_baseline))
         out.append((ROUND_TARGET, hooks.after_round_compile_check))

@@ -10,6 +10,8 @@ DDTREE_TEST_CYCLE_BUDGETS=1            budget auto: every round verifies the nex
                                        (the width changes every round), whatever the policy chose
 DDTREE_TEST_HYBRID_FAULT=<mode>        a deliberate hybrid-state fault (modes: ``chain_commit``: commit row
                                        accept_len - 1; ``reversed_siblings``: children linked highest row first)
+DDTREE_TEST_PIN_BUDGET=<bucket>        budget auto: every round verifies this bucket (0: no drafting), whatever the
+                                       policy chose (a diagnostic: a width-0 round profiled against plain decoding)
 DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
                                        and after every round that compiled another Triton specialisation of them
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
@@ -28,8 +30,9 @@ CORRUPT_MASK = "DDTREE_TEST_CORRUPT_MASK"
 CYCLE_BUDGETS = "DDTREE_TEST_CYCLE_BUDGETS"
 HYBRID_FAULT = "DDTREE_TEST_HYBRID_FAULT"
 COMPILE_LOG = "DDTREE_TEST_COMPILE_LOG"
+PIN_BUDGET = "DDTREE_TEST_PIN_BUDGET"
 ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT,
-            COMPILE_LOG)
+            COMPILE_LOG, PIN_BUDGET)
 CORRUPT_MODES = ("causal",)
 HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
@@ -45,11 +48,12 @@ class HookEnv:
     cycle_budgets: bool = False
     hybrid_fault: str = ""
     compile_log: str = ""
+    pin_budget: int = -1  # -1: not pinned
 
     @property
     def any(self) -> bool:
         return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
-                    or self.cycle_budgets or self.hybrid_fault or self.compile_log)
+                    or self.cycle_budgets or self.hybrid_fault or self.compile_log or self.pin_budget >= 0)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -72,6 +76,13 @@ class HookEnv:
             raise ValueError(f"{CORRUPT_MASK}={out.corrupt_mask!r}: modes are {', '.join(CORRUPT_MODES)}.")
         if out.hybrid_fault and out.hybrid_fault not in HYBRID_FAULTS:
             raise ValueError(f"{HYBRID_FAULT}={out.hybrid_fault!r}: modes are {', '.join(HYBRID_FAULTS)}.")
+        pin = get(PIN_BUDGET)
+        if pin:
+            if not pin.isdigit():
+                raise ValueError(f"{PIN_BUDGET}={pin!r}: need a bucket budget (an integer >= 0).")
+            if out.cycle_budgets:
+                raise ValueError(f"{PIN_BUDGET} and {CYCLE_BUDGETS} exclude each other.")
+            out = dataclasses.replace(out, pin_budget=int(pin))
         if out.compile_log and not os.path.isdir(os.path.dirname(os.path.abspath(out.compile_log))):
             raise ValueError(f"{COMPILE_LOG}={out.compile_log!r}: its folder does not exist.")
         rounds = get(VERIFY_DUMP_ROUNDS)

@@ -9,6 +9,7 @@ Each reads its settings from ``configure``'s ``HookEnv``; none runs unless ``reg
   after_last_accepted_rows_chain          COMMIT: the hybrid commit row := accept_len - 1 (hybrid fault)
   after_verify_dump             VERIFY: the first rounds' trees and logits saved (``verify_check`` reads them);
                                 copies to the host, i.e. syncs: tests only
+  after_choose_pin              WIDTH: every round at DDTREE_TEST_PIN_BUDGET (a bucket of the server's budget auto)
   after_warm_compile_baseline   START-UP: the round kernels' compiled specialisations after the warm-up
                                 (``compile_watch``), one JSON line to DDTREE_TEST_COMPILE_LOG
   after_round_compile_check     ROUND: a JSON line for every round after which that count grew
@@ -103,6 +104,14 @@ def after_choose_cycle(result, auto, *args, **kwargs):
     order = cycle_order(auto.budgets)
     _STATE["cycled"] = _STATE.get("cycled", -1) + 1
     return order[_STATE["cycled"] % len(order)]
+def after_choose_pin(result, auto, *args, **kwargs):
+    """DDTREE_TEST_PIN_BUDGET, whatever the policy chose; a value that is not one of the server's buckets fails
+    the round (and with it the test) rather than verifying a width with no graphs."""
+    if _ENV.pin_budget not in auto.budgets:
+        raise ValueError(f"DDTREE_TEST_PIN_BUDGET={_ENV.pin_budget}: not a bucket of this server ({auto.budgets}).")
+    return _ENV.pin_budget
+
+
 def after_verify_topology_reverse_siblings(result, tree, prefix_lens, *args, **kwargs):
     """result = (custom_mask, positions, r_index, r_next, r_sibling); the links get the children of every node
     in descending row order (``verify_check.reversed_sibling_links``). Acceptance reads ``tree.parents``, the
