@@ -1,6 +1,7 @@
-"""The test plugin's compile watch (``DDTREE_TEST_COMPILE_LOG``): parsed, registered on the warm-up and the round,
-and its lines say which kernels a round compiled after the start-up warm-up (``worker.warmup``). CPU: the Triton
-counts are stand-ins here; ``test_warmup_gpu.py`` and the parity script's ``*_compiles`` configs count real ones."""
+"""The test plugin's diagnostic hooks. The compile watch (``DDTREE_TEST_COMPILE_LOG``): parsed, registered on the
+warm-up and the round, and its lines say which kernels a round compiled after the start-up warm-up
+(``worker.warmup``); CPU: the Triton counts are stand-ins here, ``test_warmup_gpu.py`` and the parity script's
+``*_compiles`` configs count real ones. The pinned bucket (``DDTREE_TEST_PIN_BUDGET``, bench config ``+pin0``)."""
 
 import importlib
 import json
