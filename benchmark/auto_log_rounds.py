@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Budget auto's rounds as an engine log records them, one decode-log line per round: per batch size, the bucket
-of every round in order, and per (batch size, bucket) the round periods (count, median, spread).
+of every round in order, and per (batch size, bucket) the round periods (count, median, spread) and, where the
+line carries them (since session 27), the cost model's estimates for that key beside them.
 
 Reads logs of engines run with ``decode_log_interval=1`` at INFO (``bench_shape.py`` sets both for every config
 of a run with an auto engine; ``+loginfo`` elsewhere logs one line per 40 rounds, which this skips). A line whose
@@ -24,18 +25,25 @@ import sys
 
 _LINE = re.compile(r"#running-req: (\d+),.*?accept len: ([\d.]+),.*?rounds by budget (\d+):1,.*?"
                    r"gen throughput \(token/s\): ([\d.]+)")
+# since session 27 the line also holds the cost model's estimates at the interval's batch size (metrics.AutoStats)
+_COSTS = re.compile(r"ms/round at bs (\d+) \{([^}]*)\}")
 _QUANTILES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0)
 
 
 def rounds(lines):
-    """[(batch size, bucket, period ms)] of the single-round decode-log lines, in order (a zero throughput,
-    the first line after start, is left out)."""
+    """[(batch size, bucket, period ms, the cost model's estimates {bucket: ms} or None)] of the single-round
+    decode-log lines, in order (a zero throughput, the first line after start, is left out; estimates logged for
+    another batch size than the round's, or '-' ones, are left out)."""
     out = []
     for line in lines:
         m = _LINE.search(line)
         if m and float(m.group(4)) > 0:
             bs, accept, budget, tput = int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
-            out.append((bs, budget, 1000.0 * bs * accept / tput))
+            est, c = None, _COSTS.search(line)
+            if c and int(c.group(1)) == bs:
+                cells = (x.split(":") for x in c.group(2).split(",") if ":" in x)
+                est = {int(b): float(ms) for b, ms in cells if ms.strip() != "-"}
+            out.append((bs, budget, 1000.0 * bs * accept / tput, est))
     return out
 
 
@@ -43,14 +51,16 @@ def summarise(rows, batch_sizes=None) -> dict:
     """{bs: {"sequence": [bucket, ...], "buckets": {bucket: {rounds, median_ms, min_ms, max_ms,
     quantiles_over_median, slow_share, fast_share}}}}; slow / fast: rounds more than 5 % above / below the median."""
     out = {}
-    for bs, budget, ms in rows:
+    for bs, budget, ms, est in rows:
         if batch_sizes and bs not in batch_sizes:
             continue
-        entry = out.setdefault(bs, {"sequence": [], "periods": {}})
+        entry = out.setdefault(bs, {"sequence": [], "periods": {}, "estimates": {}})
         entry["sequence"].append(budget)
         entry["periods"].setdefault(budget, []).append(ms)
+        for b, e in (est or {}).items():
+            entry["estimates"].setdefault(b, []).append(e)
     for entry in out.values():
-        buckets = {}
+        buckets, estimates = {}, entry.pop("estimates")
         for budget, periods in sorted(entry.pop("periods").items()):
             ordered, med = sorted(periods), statistics.median(periods)
             n = len(ordered)
@@ -61,6 +71,9 @@ def summarise(rows, batch_sizes=None) -> dict:
                 "slow_share": round(sum(p > 1.05 * med for p in periods) / n, 3),
                 "fast_share": round(sum(p < 0.95 * med for p in periods) / n, 3),
             }
+            if budget in estimates:  # what the cost model held for this bucket on the lines of this batch size
+                buckets[budget]["estimate_ms"] = {"median": round(statistics.median(estimates[budget]), 3),
+                                                  "last": round(estimates[budget][-1], 3)}
         entry["buckets"] = buckets
     return dict(sorted(out.items()))
 
@@ -84,9 +97,11 @@ def main(argv=None) -> int:
                   + " ".join(str(b) for b in entry["sequence"]))
             for budget, s in entry["buckets"].items():
                 q = s["quantiles_over_median"]
+                est = s.get("estimate_ms")
                 print(f"    budget {budget}: {s['rounds']} rounds, median {s['median_ms']:.2f} ms "
                       f"(min {s['min_ms']:.2f}, max {s['max_ms']:.2f}; 5/95 % {q['0.05']:.3f} / {q['0.95']:.3f} "
-                      f"of the median; {s['slow_share']:.0%} slow, {s['fast_share']:.0%} fast by > 5 %)")
+                      f"of the median; {s['slow_share']:.0%} slow, {s['fast_share']:.0%} fast by > 5 %)"
+                      + (f"; cost model median {est['median']:.2f}, last {est['last']:.2f} ms" if est else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": " ".join(["python", "benchmark/auto_log_rounds.py"] + list(argv or sys.argv[1:])),

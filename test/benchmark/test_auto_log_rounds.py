@@ -26,8 +26,9 @@ def _log():
 
 def test_rounds_and_summary():
     rows = auto_log_rounds.rounds(_log())
-    assert [(bs, b) for bs, b, _ in rows] == [(2, 31)] * 4 + [(2, 63), (1, 7)]
-    assert [round(ms, 3) for *_, ms in rows] == [8.0, 8.0, 10.0, 8.0, 10.0, 8.0]
+    assert [(bs, b) for bs, b, _, _ in rows] == [(2, 31)] * 4 + [(2, 63), (1, 7)]
+    assert [round(ms, 3) for _, _, ms, _ in rows] == [8.0, 8.0, 10.0, 8.0, 10.0, 8.0]
+    assert all(est is None for *_, est in rows)  # lines before session 27 carry no estimates
     s = auto_log_rounds.summarise(rows, {2})
     assert list(s) == [2] and s[2]["sequence"] == [31, 31, 31, 31, 63]
     b31 = s[2]["buckets"][31]
@@ -48,3 +49,14 @@ def test_main_writes_json(tmp_path, capsys):
     empty.write_text("nothing\n")
     auto_log_rounds.main([str(empty)])
     assert "no single-round auto lines" in capsys.readouterr().out
+
+
+def test_the_cost_models_estimates_beside_the_periods():
+    costs = lambda bs, c31: f"ms/round at bs {bs} {{0: 5.20, 15: -, 31: {c31}, 63: 7.70}}, "  # noqa: E731
+    lines = [_FMT.format(bs=2, acc="1.00", b=31, n=1, tput="250.00").replace("cuda graph", costs(2, x) + "cuda graph")
+             for x in ("7.50", "7.10", "7.20")]
+    lines.append(_FMT.format(bs=2, acc="1.00", b=31, n=1, tput="250.00").replace("cuda graph", costs(4, "9.9") + "cuda graph"))
+    rows = auto_log_rounds.rounds(lines)
+    assert rows[0][3] == {0: 5.2, 31: 7.5, 63: 7.7} and rows[3][3] is None  # another batch size's: left out
+    b31 = auto_log_rounds.summarise(rows)[2]["buckets"][31]
+    assert b31["estimate_ms"] == {"median": 7.2, "last": 7.2} and b31["median_ms"] == 8.0
