@@ -121,6 +121,9 @@ case "${1:-}" in
       --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
       ${SHAPE_ACCEPT_TABLE:+--accept-table "$SHAPE_ACCEPT_TABLE"} \
       --log-dir "$OUT/logs" --out "$OUT/shape_auto.json" 2>&1 | tail -n 90
+    # the auto engine's rounds, read from its decode log (interval 1): buckets in order, periods and the cost
+    # model's estimates per key (the other engines' logs say they have none)
+    python3 benchmark/auto_log_rounds.py "$OUT"/logs/*.log --json "$OUT/auto_rounds.json" 2>&1 | cut -c1-240 | tail -n 40
     (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)
     python3 benchmark/bench_shape.py --plot "$OUT/shape_auto.json" --plot-dir "$OUT/plots" 2>&1 | tail -n 5
     ls -la "$OUT" "$OUT/plots"
