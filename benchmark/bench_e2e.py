@@ -102,9 +102,10 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
             kw["attention_backend"] = mod
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
-        elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP:
-            raise ValueError(f"unknown config modifier {mod!r}: use one of "
-                             f"{sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + list(ATTENTION_BACKENDS)}")
+        elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and mod not in TEST_PLUGIN_MODIFIERS:
+            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + sorted(TEST_PLUGIN_MODIFIERS)
+                     + list(ATTENTION_BACKENDS))
+            raise ValueError(f"unknown config modifier {mod!r}: use one of {known}")
     if spec == "plain":
         return kw
     if spec == "dflash":
@@ -162,13 +163,24 @@ ENV_MODIFIERS = {
     "topkthr": {"SGLANG_DDTREE_TOPK_THRESHOLD": "1"},  # DDTREE: the draft head's threshold top-K pass at every rows
     "topkall": {"SGLANG_DDTREE_TOPK_THRESHOLD": "0"},  # DDTREE: every slice's top-K at every rows (before session 27)
     "warmup": {"SGLANG_DDTREE_WARMUP": "1"},  # DDTREE: the round's Triton kernels compiled at start-up (worker.warmup)
-    # DIAGNOSTIC, through the TEST-ONLY plugin (test/_test_plugin): budget auto verifies bucket 0 (no drafting) every
-    # round, so a profile shows a width-0 round's cost against plain decoding's step
-    "pin0": {"DDTREE_TEST_PIN_BUDGET": "0"},
 }
-# Modifiers whose variables the test plugin reads: the plugin's folder goes on the engine processes' path
-TEST_PLUGIN_MODIFIERS = ("pin0",)
-TEST_PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test", "_test_plugin")
+# DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
+# they ask for. pin0: budget auto verifies bucket 0 (no drafting) every round, so a profile shows a width-0 round's
+# cost against plain decoding's step.
+TEST_PLUGIN_MODIFIERS = {"pin0": dict(pin_budget=0)}
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST_PLUGIN_DIR = os.path.join(_ROOT, "test", "_test_plugin")  # == _test_plugin_env.PLUGIN_DIR
+
+
+def _test_plugin_env():
+    """test/worker/_test_plugin_env.py (the test suite's door to the plugin), imported on first use: importing it
+    puts the plugin on this process's path."""
+    helpers = os.path.join(_ROOT, "test", "worker")
+    if helpers not in sys.path:
+        sys.path.insert(0, helpers)
+    import _test_plugin_env
+
+    return _test_plugin_env
 
 
 # Config modifiers that act on the engine once it is warm (``after_warmup``): ``+gcfreeze`` freezes the garbage
@@ -188,9 +200,8 @@ def engine_env(spec: str) -> dict:
     env = {}
     for mod in spec.split("+")[1:]:
         env.update(ENV_MODIFIERS.get(mod, {}))
-        if mod in TEST_PLUGIN_MODIFIERS:  # a child process (bench_paired) finds the plugin through PYTHONPATH
-            paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != TEST_PLUGIN_DIR]
-            env["PYTHONPATH"] = os.pathsep.join([TEST_PLUGIN_DIR] + paths)
+        if mod in TEST_PLUGIN_MODIFIERS:  # its variables and PYTHONPATH (a child process, bench_paired, needs it)
+            env.update(_test_plugin_env().plugin_env(**TEST_PLUGIN_MODIFIERS[mod]))
     return env
 
 
@@ -199,9 +210,9 @@ def engine_environment(spec: str):
     """os.environ with ``engine_env(spec)`` while an in-process Engine starts (its processes inherit it; a spawned
     scheduler copies this process's sys.path, not PYTHONPATH, so a test-plugin modifier puts the plugin there)."""
     env = engine_env(spec)
-    if "PYTHONPATH" in env and TEST_PLUGIN_DIR not in sys.path:
-        sys.path.insert(0, TEST_PLUGIN_DIR)
     saved = {k: os.environ.get(k) for k in env}
+    if any(mod in TEST_PLUGIN_MODIFIERS for mod in spec.split("+")[1:]):
+        _test_plugin_env().add_plugin_path()
     os.environ.update(env)
     try:
         yield

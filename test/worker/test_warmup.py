@@ -102,7 +102,7 @@ def test_a_failed_warm_up_is_said_and_not_fatal(monkeypatch, caplog):
     w, _ = _bare_worker(monkeypatch, DDTreeConfig(budget=7, topk=2, block_size=4))
     from types import SimpleNamespace
 
-    w._target_worker = SimpleNamespace()  # no model runner
+    w.model_runner = SimpleNamespace()  # a model runner with nothing the warm-up reads
     with caplog.at_level(logging.WARNING, logger="sglang_ddtree.worker.worker"):
         w._warm_round_kernels()
     assert "were not compiled at start-up (AttributeError" in caplog.text and "compiles at its first round" in caplog.text

@@ -35,14 +35,11 @@ THRESHOLD_MIN_ROWS = 100
 
 def topk_select() -> str:
     """The ``select`` the draft head's ``topk_lse`` uses, from ``TOPK_THRESHOLD_ENV``: ``rows`` when unset."""
-    import os
-
     from sglang_ddtree.config import env_switch
 
-    if not os.environ.get(TOPK_THRESHOLD_ENV, "").strip():  # unset: by rows (env_switch has no third state)
-        return "rows"
-    return "threshold" if env_switch(TOPK_THRESHOLD_ENV, on="the threshold top-K pass at every row count",
-                                     off="every slice's top-K at every row count; unset: by rows") else "all"
+    on = env_switch(TOPK_THRESHOLD_ENV, on="the threshold top-K pass at every row count",
+                    off="every slice's top-K at every row count; unset: by rows", default=None)
+    return "rows" if on is None else "threshold" if on else "all"
 
 
 def describe_select(select: str) -> str:

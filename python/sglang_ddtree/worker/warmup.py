@@ -95,11 +95,12 @@ def warm_round_kernels(
             ancestor_bits(tree.parents, config.max_depth)
             ran.append(f"ancestor_bits:{n}")
         verify_loc = torch.zeros(1, n, **i64)  # slot 0: SGLang's dummy slot
-        commit = greedy_accept_commit(tree, tokens, torch.zeros(1, n, **i64), verify_loc, prefix, width)
+        no_token = torch.full((1, n), -1, **i64)  # a target token no child has: the root alone is accepted
+        commit = greedy_accept_commit(tree, tokens, no_token, verify_loc, prefix, width)
         ran.append(f"accept_commit:{n}")
-        if move_kv is not None and "move_kv" not in ran:  # one specialisation (its width is W at every bucket)
-            move_kv(commit, width)
-            ran.append("move_kv")
+    if move_kv is not None:  # one specialisation (its width is W at every bucket): the last bucket's commit
+        move_kv(commit, width)
+        ran.append("move_kv")
     if vocab_size:  # its uniform comes from the default generator: restored, so start-up draws nothing
         dev = torch.device(device)
         cuda_ids = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []

@@ -180,16 +180,15 @@ class DDTreeWorker(DFlashWorkerV2):
         leaves them to compile on first use, as before, and says so."""
         tic = time.perf_counter()
         try:
-            mr = self.target_worker.model_runner
+            mr = self.model_runner  # the target's (DFlashWorkerV2 sets it), as the round uses it
             if self._move_kv is None:
-                self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
+                self._move_kv = AcceptedKVMover(mr.token_to_kv_pool)
             if self._fa3_tree_bits is None:
                 self._fa3_tree_bits = self._decide_fa3_tree_bits()
             ran = warmup.warm_round_kernels(
-                self.config, self.device, tree_bits=self._fa3_tree_bits,
-                vocab_size=int(mr.model_config.vocab_size),
-                req_to_token=self.model_runner.req_to_token_pool.req_to_token,
-                max_batch_size=int(mr.max_running_requests), move_kv=self._move_kv)
+                self.config, self.device, tree_bits=self._fa3_tree_bits, vocab_size=int(mr.model_config.vocab_size),
+                req_to_token=mr.req_to_token_pool.req_to_token, max_batch_size=int(mr.max_running_requests),
+                move_kv=self._move_kv)
         except Exception as e:
             logger.warning("DDTREE: the round's kernels were not compiled at start-up (%s: %s); each compiles at its "
                            "first round.", type(e).__name__, e)
