@@ -163,6 +163,7 @@ ENV_MODIFIERS = {
     "topkthr": {"SGLANG_DDTREE_TOPK_THRESHOLD": "1"},  # DDTREE: the draft head's threshold top-K pass at every rows
     "topkall": {"SGLANG_DDTREE_TOPK_THRESHOLD": "0"},  # DDTREE: every slice's top-K at every rows (before session 27)
     "warmup": {"SGLANG_DDTREE_WARMUP": "1"},  # DDTREE: the round's Triton kernels compiled at start-up (worker.warmup)
+    "nowarmup": {"SGLANG_DDTREE_WARMUP": "0"},  # DDTREE: each round kernel compiled at its first round (before session 29)
 }
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
 # they ask for. pin0: budget auto verifies bucket 0 (no drafting) every round, so a profile shows a width-0 round's

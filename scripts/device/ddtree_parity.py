@@ -41,7 +41,8 @@ from sglang_ddtree.worker.warmup import ENV as WARMUP_ENV  # noqa: E402
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
 FI_PLAN, FI_UPSTREAM = {FI_PLAN_ENV: "1"}, {FI_PLAN_ENV: "0"}
 AUTO_TP = {AUTO_TP_ENV: "1"}  # budget auto at tp > 1 (experimental until tp2.sh has run it)
-WARMUP = {WARMUP_ENV: "1"}  # the round's kernels compiled at start-up (off by default until run on a GPU)
+WARMUP = {WARMUP_ENV: "1"}  # the round's kernels compiled at start-up (the default since session 29; stated)
+NO_WARMUP = {WARMUP_ENV: "0"}  # each compiled at its first round
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -71,9 +72,9 @@ CONFIGS = {
     "dd_fa3_auto_cycle_compiles": ddtree("auto", 8, backend="fa3", _env=WARMUP,
                                          _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
     "dd_triton_b15_compiles": ddtree(15, 4, _env=WARMUP, _test_hooks=dict(compile_watch=True)),
-    # the compile watch without the warm-up: what a round compiles today (the control: it must log compiles)
-    "dd_triton_auto_cycle_nowarmup_compiles": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True,
-                                                                                 compile_watch=True)),
+    # the compile watch without the warm-up (the control: it must log compiles)
+    "dd_triton_auto_cycle_nowarmup_compiles": ddtree("auto", 8, _env=NO_WARMUP,
+                                                     _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
     "dd_triton_auto_cycle_nograph": ddtree("auto", 8, disable_cuda_graph=True, _test_hooks=dict(cycle_budgets=True)),
     "dd_triton_auto_cycle_nooverlap": ddtree("auto", 8, disable_overlap_schedule=True,
                                              _test_hooks=dict(cycle_budgets=True)),

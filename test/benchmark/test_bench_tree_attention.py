@@ -37,7 +37,7 @@ def test_argument_errors(args, message):
 def test_parsers():
     assert bta.parse_bs("1,16") == [1, 16] and bta.parse_budgets("15,63") == [15, 63]
     configs = bta.parse_configs(bta.DEFAULT_CONFIGS)
-    assert configs[0] == (64, 64, 16, 0)  # the verify's own launch first: the per-round figure's baseline
+    assert configs[0] == (64, 64, 16, 0)  # the verify's launch before session 29 first
     from sglang_ddtree.worker.tree_attention import DEFAULT_MERGE_LAUNCH, MergeLaunch
 
     assert MergeLaunch(*configs[0]) == DEFAULT_MERGE_LAUNCH
@@ -61,7 +61,8 @@ def test_every_configuration_matches_the_reference_and_the_fastest_is_named(tmp_
     assert rep["settings"]["timer"] == "graph"  # 36 launches a replay, as the verify graph runs them
     for bs in (1, 16):
         rec = rep["by_shape"][f"bs {bs} budget 15"]
-        for key in ("64x64x16x0", "32x64x16x0", "32x64x2x0"):
+        for key in ("verify", "64x64x16x0", "32x64x16x0", "32x64x2x0"):
             assert rec[key]["ok"] and rec[key]["us"] > 0, rec
         assert rec["fastest"] in ("64x64x16x0", "32x64x16x0", "32x64x2x0")
-        assert rec["per_round_us"]["layers"] == 36 and rec["per_round_us"]["64x64x16x0"] > 0
+        assert rec["verify_launch"] == ("32x16x16x0" if bs == 1 else "32x64x16x0")  # the H200's 132 SMs
+        assert rec["per_round_us"]["layers"] == 36 and rec["per_round_us"]["verify"] > 0

@@ -161,7 +161,11 @@ def test_the_draft_cuda_graphs_are_captured_in_the_drafters_widths(monkeypatch):
     w.init_cuda_graphs()
     assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",), ("warm-up",)]
     seen.clear()
-    monkeypatch.delenv("SGLANG_DDTREE_WARMUP")  # off by default until it has run on a GPU
+    monkeypatch.delenv("SGLANG_DDTREE_WARMUP")  # on by default
+    w.init_cuda_graphs()
+    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",), ("warm-up",)]
+    seen.clear()
+    monkeypatch.setenv("SGLANG_DDTREE_WARMUP", "0")
     w.init_cuda_graphs()
     assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",)]
 

@@ -168,12 +168,15 @@ if _RUN_HERE:
 
     LAUNCHES = [MergeLaunch(block_n=32, rows_per_program=32, max_heads=2, num_warps=2),
                 MergeLaunch(block_n=128, rows_per_program=16, max_heads=16, num_warps=1),
-                MergeLaunch(block_n=32, rows_per_program=128, max_heads=4, num_warps=8)]
+                MergeLaunch(block_n=32, rows_per_program=128, max_heads=4, num_warps=8),
+                MergeLaunch(block_n=32, rows_per_program=64),  # merge_launch's two choices
+                MergeLaunch(block_n=32, rows_per_program=16),
+                MergeLaunch()]  # the launch before session 29
 
     @pytest.mark.parametrize("launch", range(len(LAUNCHES)))
     @pytest.mark.parametrize("n, dtype", [(17, torch.bfloat16), (65, torch.float32)])
     def test_other_launch_configurations_compute_the_same(launch, n, dtype):
-        """Tiles and warps other than the default (what bench_tree_attention.py times): the same attention, within
+        """Tiles and warps other than the verify's (what bench_tree_attention.py times): the same attention, within
         the same tolerance; heads of one KV head split over programs (max_heads 2 < G 4) included."""
         bs, hq, hkv, d = 3, 8, 2, 64
         q, k, v, pk, pv, parents = _problem(bs, n, hq, hkv, d, dtype, seed=11 + launch)

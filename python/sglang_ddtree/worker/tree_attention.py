@@ -16,7 +16,7 @@ import torch
 
 from sglang_ddtree.tree._common import cdiv, check, next_pow2, triton_interpreting, use_triton
 
-__all__ = ["MergeLaunch", "ancestor_bits", "ancestor_bits_torch", "tree_attention_merge",
+__all__ = ["MergeLaunch", "merge_launch", "ancestor_bits", "ancestor_bits_torch", "tree_attention_merge",
            "tree_attention_merge_torch"]
 
 BITS_PER_WORD = 32
@@ -24,6 +24,11 @@ _ANC_BLOCK_R = 16
 _BLOCK_N = 64  # keys per tile of the merge kernel (a multiple of BITS_PER_WORD)
 _ROWS_PER_PROGRAM = 64  # query rows (tree rows x heads) per program of the merge kernel
 _MAX_HEADS_PER_PROGRAM = 16
+# The verify's launch rule (``merge_launch``): 32 keys a tile, and 64 query rows a program while that grid fills
+# at least _FILL of the GPU's SMs, else 16 (four times the programs). Session 29, H200 (132 SMs), Qwen3-8B heads
+# (32 / 8, D 128), budgets 15 / 63 x batch 1 / 8 / 16 / 32 / 64: the rule picked the fastest of nine launches at
+# all ten shapes, 1.1-1.6x faster than the old 64 x 64 at budget 15 (``session29/tree_attention.json``).
+_FILL = 0.75
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +58,29 @@ class MergeLaunch:
             raise ValueError(f"num_warps must be one of 0 (default), 1, 2, 4, 8, 16, got {self.num_warps}")
 
 
-DEFAULT_MERGE_LAUNCH = MergeLaunch()
+DEFAULT_MERGE_LAUNCH = MergeLaunch()  # until session 29 the verify's launch at every shape
+
+
+_SMS: dict = {}  # device index -> SM count
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":  # the Triton interpreter (CPU tests): the H200's count, the rule's fitted GPU
+        return 132
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
+
+
+def merge_launch(num_rows: int, batch_size: int, kv_heads: int, group: int, num_sms: int) -> MergeLaunch:
+    """The verify's launch of the merge for a shape (``_FILL``): 32 keys a tile (at N = 16 tree rows 64 masks
+    three quarters of each tile), and 64 query rows a program where the grid at 64 fills >= ``_FILL`` of
+    ``num_sms``, else 16 (small batches: more, smaller programs)."""
+    gb = min(next_pow2(group), _MAX_HEADS_PER_PROGRAM)
+    programs = cdiv(num_rows, _ROWS_PER_PROGRAM // gb) * batch_size * kv_heads * cdiv(group, gb)
+    rows = _ROWS_PER_PROGRAM if programs >= _FILL * num_sms else 16
+    return MergeLaunch(block_n=32, rows_per_program=max(rows, gb))
 
 
 def num_words(num_rows: int) -> int:
@@ -206,7 +233,7 @@ def _dot_f32(dtype: torch.dtype) -> bool:
 def tree_attention_merge(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tree_bits: torch.Tensor, o_prefix: torch.Tensor,
     lse_prefix: torch.Tensor, *, num_rows: int, sm_scale: float, out: Optional[torch.Tensor] = None,
-    backend: str = "auto", launch: MergeLaunch = DEFAULT_MERGE_LAUNCH,
+    backend: str = "auto", launch: Optional[MergeLaunch] = None,
 ) -> torch.Tensor:
     """Attention of every tree row over its prefix and its ancestors, from the prefix part alone.
 
@@ -219,7 +246,8 @@ def tree_attention_merge(
     free. Returns ``out`` ([T, Hq, D], q's dtype; allocated when None, may be ``o_prefix`` itself): the
     softmax over [prefix, visible tree keys] times their values, i.e. the two parts merged by their LSEs.
     Float32 accumulation. No host sync; with ``out`` given nothing is allocated (CUDA-graph capturable).
-    ``backend``: auto | triton | torch. ``launch``: the Triton kernel's tiles and warps (``MergeLaunch``).
+    ``backend``: auto | triton | torch. ``launch``: the Triton kernel's tiles and warps (``MergeLaunch``; None:
+    :func:`merge_launch` for this shape and GPU, what the verify runs).
     """
     _check_merge(q, k, v, tree_bits, o_prefix, lse_prefix, num_rows, out)
     if not use_triton("tree_attention_merge", q.device, backend):
@@ -234,6 +262,8 @@ def tree_attention_merge(
         return out
     bs, hkv = t // num_rows, k.shape[1]
     group = hq // hkv
+    if launch is None:
+        launch = merge_launch(num_rows, bs, hkv, group, _sm_count(q.device))
     gb = min(next_pow2(group), launch.max_heads)
     block_m = launch.rows_per_program // gb
     groups_per_kv = cdiv(group, gb)

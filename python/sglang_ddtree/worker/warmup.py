@@ -29,15 +29,16 @@ import torch
 
 from sglang_ddtree.config import DDTreeConfig, env_switch
 
-# Off by default until it has run on a GPU (session 28 wrote it without one): ``test_warmup_gpu.py`` and the
-# parity script's ``*_compiles`` configs are the checks before the default turns on. 1: warm up, 0: do not.
+# On by default since session 29, when it first ran on the H200: ``test_warmup_gpu.py`` passed, and so did sharp
+# parity of auto's bucket cycle and of budget 15 with the compile watch on (no round compiled anything) and the
+# control without it (its rounds compiled). 1: warm up (default), 0: do not.
 ENV = "SGLANG_DDTREE_WARMUP"
 
 
 def enabled() -> bool:
-    """Whether the worker compiles the round's kernels at start-up (``ENV``; default off, see above)."""
+    """Whether the worker compiles the round's kernels at start-up (``ENV``; default on, see above)."""
     return env_switch(ENV, on="compile the round's kernels at start-up", off="each at its first round",
-                      default=False)
+                      default=True)
 
 
 def _pow2_classes(max_batch_size: int) -> List[int]:
