@@ -21,6 +21,8 @@
 #                                             # engine on the tiny pair with and without it (bench_e2e, unpaired; the
 #                                             # INFO log has the warm-up line and the new cost model's choices)
 #                                             # (triton; fa3 not needed)
+#     bash scripts/device/issue13.sh merge    # the fa3 tree merge's launch rule: bench_tree_attention (its `verify`
+#                                             # entry), then sharp parity on fa3 with it (fa3 staged)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
@@ -52,6 +54,19 @@ case "${1:-}" in
       "unit=$PYT test/worker/test_warmup_gpu.py" \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_auto_cycle_compiles,sharp:dd_triton_b15_compiles,sharp:dd_triton_auto_cycle_nowarmup_compiles --deadline-s 400" \
       "pair_auto=python3 benchmark/bench_e2e.py $PAIR --configs ddtree:auto:8+loginfo,ddtree:auto:8+warmup+loginfo --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_warmup.json"
+    ;;
+  merge)
+    # the fa3 verify's merge launch rule (session 29, tree_attention.merge_launch): the kernel benchmark first (the
+    # GPU to itself, its `verify` entry is the rule's launch), then sharp parity on fa3 with it: plain, budgets
+    # 15 / 64, budget 15 without overlap, auto's bucket cycle with the compile watch (the warm-up on by default)
+    # (fa3 staged; carry [".device"])
+    OUT=${OUT:-/tmp/merge_out}
+    mkdir -p "$OUT"
+    ( export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+      $PYT test/benchmark/test_bench_tree_attention.py 2>&1 | tail -n 4
+      timeout -k 5 120 python3 benchmark/bench_tree_attention.py --out "$OUT/tree_attention.json" 2>&1 | tail -n 12 )
+    CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-330} OUT=$OUT/checks exec bash $PAR \
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_b15_nooverlap,sharp:dd_fa3_auto_cycle_compiles --deadline-s 300"
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
@@ -129,7 +144,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|paired|gc|profile|shape" >&2
+    echo "usage: $0 auto|warmup|merge|paired|gc|profile|shape" >&2
     exit 2
     ;;
 esac
