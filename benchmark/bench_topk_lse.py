@@ -21,8 +21,8 @@ warm-up; ``--timer launch`` times each call alone, which shows its host launches
 A packed-key form of the slice kernel (``keyed:BLOCKxWARPS``) was measured here slower on the H200 (session 20,
 ``benchmark/results/session20/topk_lse.json``: 35-48 % slower than 4096x8 at 120-256 rows, 3 us faster at 15)
 and removed; configurations are plain BLOCKxWARPS. ``threshold:BLOCKxWARPS`` runs only the slices whose max reaches
-the row's K-th largest slice max through the K rounds (``kernels/topk_lse.py``); the draft head takes it from
-``draft_head.THRESHOLD_MIN_ROWS`` rows a launch up (session 27's sweep, ``benchmark/results/session27/topk_rows/``).
+the row's K-th largest slice max through the K rounds (``kernels/topk_lse.py``); the draft head takes it at
+every row count as ``threshold:2048x4`` (session 29, ``benchmark/results/session29/topk_lse.json``).
 """
 
 from __future__ import annotations

@@ -63,11 +63,11 @@ def test_head_refuses_quantized_lm_head():
 
 
 def test_the_head_takes_its_top_k_pass_from_the_environment(monkeypatch):
-    """SGLANG_DDTREE_TOPK_THRESHOLD: unset by rows, 0 every slice's top-K, 1 the threshold pass (same result);
+    """SGLANG_DDTREE_TOPK_THRESHOLD: unset or 1 the threshold pass, 0 every slice's top-K (same result);
     another value is one error line naming the variable."""
     weight = torch.randn(30, 8)
     monkeypatch.delenv(dh.TOPK_THRESHOLD_ENV, raising=False)
-    assert dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0].select == "rows"
+    assert dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0].select == "threshold"
     monkeypatch.setenv(dh.TOPK_THRESHOLD_ENV, "0")
     assert dh.build_draft_head(_Model(weight), block_size=4, topk=3, max_bs=2, tp_group=None)[0].select == "all"
     monkeypatch.setenv(dh.TOPK_THRESHOLD_ENV, "1")
@@ -92,20 +92,14 @@ def test_the_head_takes_its_top_k_pass_from_the_environment(monkeypatch):
 
 
 def test_the_start_up_log_names_the_pass_and_the_switch():
-    assert dh.describe_select("rows") == ("threshold pass from 100 rows a launch, every slice's below "
-                                          "(SGLANG_DDTREE_TOPK_THRESHOLD unset)")
-    assert dh.describe_select("threshold") == "threshold pass at every row count (SGLANG_DDTREE_TOPK_THRESHOLD=1)"
-    assert dh.describe_select("all") == "every slice's pass at every row count (SGLANG_DDTREE_TOPK_THRESHOLD=0)"
+    assert dh.describe_select("threshold") == "threshold pass, 2048 x 4 (SGLANG_DDTREE_TOPK_THRESHOLD=0: every slice's)"
+    assert dh.describe_select("all") == "every slice's pass, 4096 x 8 (SGLANG_DDTREE_TOPK_THRESHOLD=0)"
 
 
-def test_by_rows_a_launch_takes_the_threshold_pass_from_the_cutoff_up():
-    """The default ``rows`` resolves per launch: ``threshold`` from THRESHOLD_MIN_ROWS rows, ``all`` below; a
-    forced choice is kept at every row count; an unknown one is refused by ``topk_lse``."""
-    cut = dh.THRESHOLD_MIN_ROWS
-    assert [dh.select_for_rows("rows", r) for r in (1, cut - 1, cut, 4 * cut)] == ["all", "all", "threshold",
-                                                                                    "threshold"]
-    assert {dh.select_for_rows("all", r) for r in (1, cut, 4 * cut)} == {"all"}
-    assert {dh.select_for_rows("threshold", r) for r in (1, cut, 4 * cut)} == {"threshold"}
-    with pytest.raises(ValueError, match="select must be one of"):
-        dh.topk_lse(torch.randn(2, 5), 2, torch.empty(2, 2), torch.empty(2, 2, dtype=torch.int64), torch.empty(2),
-                    select="some")
+def test_the_heads_launch_follows_its_pass_and_an_unknown_pass_is_refused():
+    assert dh.head_launch("threshold") == dict(select="threshold", block=2048, num_warps=4)
+    assert dh.head_launch("all") == dict(select="all", block=4096, num_warps=8)
+    for gone in ("rows", "some"):  # "rows" (the 100-row cutoff) until session 29
+        with pytest.raises(ValueError, match="select must be one of"):
+            dh.topk_lse(torch.randn(2, 5), 2, torch.empty(2, 2), torch.empty(2, 2, dtype=torch.int64), torch.empty(2),
+                        select=gone)

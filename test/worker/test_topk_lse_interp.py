@@ -50,15 +50,14 @@ if _RUN_HERE:
         assert torch.equal(ids.cpu(), want_ids)
         assert torch.allclose(lse.cpu(), want_lse, rtol=0, atol=2e-5 * max(1.0, float(want_lse.abs().max())))
 
-    @pytest.mark.parametrize("cutoff", [1, 10 ** 6])
-    def test_by_rows_takes_either_pass_with_the_same_result(monkeypatch, cutoff):
-        """The draft head's default ``rows``: from ``THRESHOLD_MIN_ROWS`` rows a launch the threshold pass, below
-        it every slice's; the cutoff moved to 1 (every launch threshold) and past any launch (every launch all),
-        the kernels that ran are the ones named and the result is PyTorch's either way."""
+    @pytest.mark.parametrize("select", ["threshold", "all"])
+    def test_the_draft_heads_launch_computes_torchs_result(monkeypatch, select):
+        """The draft head's launch (``draft_head.head_launch``: the threshold pass in slices of 2048 columns, 4
+        warps, or every slice's at 4096 x 8): the kernels named ran, and the result is PyTorch's either way (ties
+        included: the lower id first)."""
         from sglang_ddtree.worker import draft_head
         from sglang_ddtree.worker.kernels import topk_lse as kernels
 
-        monkeypatch.setattr(draft_head, "THRESHOLD_MIN_ROWS", cutoff)
         launched = []
 
         class Spy:
@@ -71,13 +70,13 @@ if _RUN_HERE:
 
         for name in ("topk_lse_slices_kernel", "topk_lse_select_kernel"):
             monkeypatch.setattr(kernels, name, Spy(name, getattr(kernels, name)))
-        rows, vocab, k, block = CASES[0]
+        rows, vocab, k = 3, 9000, 8  # 5 slices of 2048 (the last partial), 3 of 4096
         logits = _logits(rows, vocab, seed=11, ties=True).to(DEV)
         val = torch.empty((rows, k), dtype=torch.float32, device=DEV)
         ids = torch.empty((rows, k), dtype=torch.int64, device=DEV)
         lse = torch.empty((rows,), dtype=torch.float32, device=DEV)
-        topk_lse(logits, k, val, ids, lse, backend="triton", block=block, select="rows")
-        assert launched == ["topk_lse_select_kernel" if cutoff <= rows else "topk_lse_slices_kernel"]
+        topk_lse(logits, k, val, ids, lse, backend="triton", **draft_head.head_launch(select))
+        assert launched == ["topk_lse_select_kernel" if select == "threshold" else "topk_lse_slices_kernel"]
         want_val, want_ids, want_lse = _reference(logits.cpu(), k)
         assert torch.equal(val.cpu(), want_val) and torch.equal(ids.cpu(), want_ids)
         assert torch.allclose(lse.cpu(), want_lse, rtol=0, atol=2e-5 * max(1.0, float(want_lse.abs().max())))

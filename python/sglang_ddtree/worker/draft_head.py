@@ -19,45 +19,40 @@ import torch
 _CHUNK_TOKENS = 256
 
 
-# The draft head's top-K pass per launch: ``threshold`` (only the slices that can hold a row's top-K take their K
-# rounds; two launches more) or ``all`` (every slice's). The same values, ids and tie order either way. By default
-# (``rows``) a launch of at least ``THRESHOLD_MIN_ROWS`` rows takes ``threshold`` and a smaller one ``all``; the rows
-# of a launch are fixed per CUDA graph (batch size x (block - 1), in chunks of ``_CHUNK_TOKENS``), so the choice
-# costs nothing in the round. Session 25 on the H200 (``benchmark/results/session25/topk_lse.json``, us per launch,
-# 4096 x 8, all vs threshold): 101.9 vs 151.6 at 15 rows, 132.7 vs 139.3 at 120, 201.2 vs 144.6 at 224, 224.0 vs
-# 149.9 at 256. Session 27 swept the rows between (``benchmark/results/session27/topk_rows/topk_lse_rows.json``):
-# 67.9 vs 103.9 at 30, 82.5 vs 100.8 at 60, 100.7 vs 101.1 at 90, 119.6 vs 102.2 at 120, 199.2 vs 125.5 at 240
-# (the threshold pass costs ~100 us up to ~120 rows, the slice pass grows ~0.6 us a row): the cutoff is 100 rows.
-# ``SGLANG_DDTREE_TOPK_THRESHOLD``: 1 always ``threshold``, 0 always ``all``, unset by rows.
+# The draft head's top-K pass: ``threshold`` (only the slices that can hold a row's top-K take their K rounds; two
+# launches more) or ``all`` (every slice's). The same values, ids and tie order either way. Its launch: slices of
+# ``HEAD_BLOCK`` columns, ``HEAD_WARPS`` warps. Session 29 on the H200 timed the head as the draft graph runs it
+# (CUDA-graph replays; ``benchmark/results/session29/topk_lse.json``, us a launch at vocab 151936, K 8): the
+# threshold pass at 2048 x 4 was the fastest of six launches at every row count, 15 to 256 rows (18.2 / 22.5 / 28.5
+# / 41.3 / 72.5 at 15 / 30 / 60 / 120 / 256 rows, against every slice's pass at 4096 x 8: 18.8 / 27.6 / 47.3 /
+# 84.0 / 172.8). Sessions 25-27 had put the cutoff at 100 rows from per-launch timings, which measured the host's
+# four launches (~100 us), not the graph's kernels. ``SGLANG_DDTREE_TOPK_THRESHOLD``: 1 or unset the threshold pass
+# (default), 0 every slice's at 4096 x 8 (the launch before session 29).
 TOPK_THRESHOLD_ENV = "SGLANG_DDTREE_TOPK_THRESHOLD"
-THRESHOLD_MIN_ROWS = 100
+HEAD_BLOCK, HEAD_WARPS = 2048, 4
 
 
 def topk_select() -> str:
-    """The ``select`` the draft head's ``topk_lse`` uses, from ``TOPK_THRESHOLD_ENV``: ``rows`` when unset."""
+    """The ``select`` the draft head's ``topk_lse`` uses, from ``TOPK_THRESHOLD_ENV``: ``threshold`` unless 0."""
     from sglang_ddtree.config import env_switch
 
-    on = env_switch(TOPK_THRESHOLD_ENV, on="the threshold top-K pass at every row count",
-                    off="every slice's top-K at every row count; unset: by rows", default=None)
-    return "rows" if on is None else "threshold" if on else "all"
+    on = env_switch(TOPK_THRESHOLD_ENV, on="the threshold top-K pass (default)", off="every slice's top-K",
+                    default=True)
+    return "threshold" if on else "all"
 
 
 def describe_select(select: str) -> str:
     """One phrase for the start-up log: which top-K pass the draft head's launches take."""
-    if select == "rows":
-        return (f"threshold pass from {THRESHOLD_MIN_ROWS} rows a launch, every slice's below "
-                f"({TOPK_THRESHOLD_ENV} unset)")
     if select == "threshold":
-        return f"threshold pass at every row count ({TOPK_THRESHOLD_ENV}=1)"
-    return f"every slice's pass at every row count ({TOPK_THRESHOLD_ENV}=0)"
+        return f"threshold pass, {HEAD_BLOCK} x {HEAD_WARPS} ({TOPK_THRESHOLD_ENV}=0: every slice's)"
+    return f"every slice's pass, 4096 x 8 ({TOPK_THRESHOLD_ENV}=0)"
 
 
-def select_for_rows(select: str, rows: int) -> str:
-    """``select`` as one launch of ``rows`` rows takes it: ``rows`` resolves to ``threshold`` from
-    ``THRESHOLD_MIN_ROWS`` rows up, else ``all``; the others unchanged."""
-    if select != "rows":
-        return select
-    return "threshold" if rows >= THRESHOLD_MIN_ROWS else "all"
+def head_launch(select: str) -> dict:
+    """``topk_lse``'s launch keywords for the draft head's ``select``."""
+    if select == "threshold":
+        return dict(select="threshold", block=HEAD_BLOCK, num_warps=HEAD_WARPS)
+    return dict(select="all", block=4096, num_warps=8)
 
 
 def topk_logprobs_local(
@@ -67,7 +62,7 @@ def topk_logprobs_local(
 
     Shape: hidden [T, H] (any float dtype; cast to the weight's), weight [V_local, H].
     Returns (top logits [T, K] float32, global token ids [T, K] int64, logsumexp [T] float32).
-    ``select``: ``topk_lse``'s.
+    ``select``: the draft head's pass (``head_launch``: its block and warps come with it).
     """
     out_val = torch.empty((hidden.shape[0], topk), dtype=torch.float32, device=hidden.device)
     out_ids = torch.empty((hidden.shape[0], topk), dtype=torch.int64, device=hidden.device)
@@ -75,13 +70,13 @@ def topk_logprobs_local(
     for start in range(0, hidden.shape[0], _CHUNK_TOKENS):
         end = min(hidden.shape[0], start + _CHUNK_TOKENS)
         logits = torch.matmul(hidden[start:end].to(weight.dtype), weight.T)
-        topk_lse(logits, topk, out_val[start:end], out_ids[start:end], out_lse[start:end], select=select)
+        topk_lse(logits, topk, out_val[start:end], out_ids[start:end], out_lse[start:end], **head_launch(select))
     if vocab_start:
         out_ids += vocab_start
     return out_val, out_ids, out_lse
 
 
-TOPK_SELECTS = ("all", "threshold", "rows")
+TOPK_SELECTS = ("all", "threshold")
 
 
 def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: torch.Tensor, out_lse: torch.Tensor,
@@ -93,9 +88,8 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
     the lower column first), PyTorch elsewhere. ``backend``: auto | triton | torch. ``block`` (columns per
     program) and ``num_warps`` (default 8 from block 2048 up, else 4) are the slice kernel's launch
     configuration; ``benchmark/bench_topk_lse.py`` times the choices. ``select``: ``all`` (every slice takes
-    its top-K), ``threshold`` (only slices whose max reaches the row's K-th largest slice max do; same result, two
-    launches more; ``kernels/topk_lse.py``) or ``rows`` (``threshold`` from ``THRESHOLD_MIN_ROWS`` rows up, the
-    default; see ``TOPK_THRESHOLD_ENV``)."""
+    its top-K) or ``threshold`` (only slices whose max reaches the row's K-th largest slice max do; same result, two
+    launches more; ``kernels/topk_lse.py``; the draft head's default, see ``TOPK_THRESHOLD_ENV``)."""
     from sglang_ddtree.tree._common import next_pow2, use_triton
 
     if select not in TOPK_SELECTS:
@@ -103,7 +97,6 @@ def topk_lse(logits: torch.Tensor, topk: int, out_val: torch.Tensor, out_ids: to
     rows, vocab = logits.shape
     if rows == 0:
         return
-    select = select_for_rows(select, rows)
     if not use_triton("draft top-K head", logits.device, backend):
         wide = logits.float()
         val, idx = wide.topk(topk, dim=-1)

@@ -19,7 +19,7 @@ key, one max per pick: K + 1 reductions) was measured slower on the H200 and rem
 (35-48 % slower). ``benchmark/bench_topk_lse.py`` times the launch configurations.
 
 A threshold form skips most slices' K rounds (``draft_head.topk_lse(..., select="threshold")``; the draft head
-takes it from ``draft_head.THRESHOLD_MIN_ROWS`` rows a launch up, where the H200 measured it faster): a row's
+takes it at every row count, in slices of 2048 columns, where the H200 measured it faster): a row's
 top-K all lie in slices whose max reaches tau, the K-th largest slice max (K slices hold an element >= tau, so an
 element below tau has K larger ones; ties at tau qualify), and at V / BLOCK = 38 slices and K = 8 about K of them
 do:
