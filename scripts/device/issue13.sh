@@ -56,14 +56,15 @@ case "${1:-}" in
       "pair_auto=python3 benchmark/bench_e2e.py $PAIR --configs ddtree:auto:8+loginfo,ddtree:auto:8+warmup+loginfo --bs 1,16 --num-prompts 32 --max-new-tokens 64 --out \$CMD_OUT/e2e_warmup.json"
     ;;
   merge)
-    # the fa3 verify's merge launch rule (session 29, tree_attention.merge_launch): the kernel benchmark first (the
-    # GPU to itself, its `verify` entry is the rule's launch), then sharp parity on fa3 with it: plain, budgets
+    # the fa3 verify's merge launch rule and the draft head's 2048 x 4 threshold pass (session 29): the top-K kernel
+    # tests natively and the merge's benchmark first (the GPU to itself, its `verify` entry is the rule's launch),
+    # then sharp parity on fa3 with both: plain, budgets
     # 15 / 64, budget 15 without overlap, auto's bucket cycle with the compile watch (the warm-up on by default)
     # (fa3 staged; carry [".device"])
     OUT=${OUT:-/tmp/merge_out}
     mkdir -p "$OUT"
     ( export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-      $PYT test/benchmark/test_bench_tree_attention.py 2>&1 | tail -n 4
+      $PYT test/benchmark/test_bench_tree_attention.py test/worker/test_topk_lse_interp.py 2>&1 | tail -n 6
       timeout -k 5 120 python3 benchmark/bench_tree_attention.py --out "$OUT/tree_attention.json" 2>&1 | tail -n 12 )
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-330} OUT=$OUT/checks exec bash $PAR \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_b15_nooverlap,sharp:dd_fa3_auto_cycle_compiles --deadline-s 300"
