@@ -67,7 +67,7 @@ case "${1:-}" in
       $PYT test/benchmark/test_bench_tree_attention.py test/worker/test_topk_lse_interp.py 2>&1 | tail -n 6
       timeout -k 5 120 python3 benchmark/bench_tree_attention.py --out "$OUT/tree_attention.json" 2>&1 | tail -n 12 )
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-330} OUT=$OUT/checks exec bash $PAR \
-      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs \${MERGE_PARITY:-sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_b15_nooverlap,sharp:dd_fa3_auto_cycle_compiles} --deadline-s \$(( ${CMD_TIMEOUT_S:-330} - 30 ))"
+      "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${MERGE_PARITY:-sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_b15_nooverlap,sharp:dd_fa3_auto_cycle_compiles} --deadline-s $(( ${CMD_TIMEOUT_S:-330} - 30 ))"
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
