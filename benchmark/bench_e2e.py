@@ -160,8 +160,8 @@ ENV_MODIFIERS = {
     "fiplan": {"SGLANG_DDTREE_FLASHINFER_PLAN": "1"},  # flashinfer: DDTREE's host-sync-free plan (flashinfer_plan)
     "fiupstream": {"SGLANG_DDTREE_FLASHINFER_PLAN": "0"},  # flashinfer: upstream's plan() (default: ours on 0.6.14)
     "pagedx": {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"},  # DDTREE: --page-size > 1 beyond the GPU-verified configs
-    "topkthr": {"SGLANG_DDTREE_TOPK_THRESHOLD": "1"},  # DDTREE: the draft head's threshold top-K pass at every rows
-    "topkall": {"SGLANG_DDTREE_TOPK_THRESHOLD": "0"},  # DDTREE: every slice's top-K at every rows (before session 27)
+    "topkthr": {"SGLANG_DDTREE_TOPK_THRESHOLD": "1"},  # DDTREE: the draft head's threshold top-K pass (the default)
+    "topkall": {"SGLANG_DDTREE_TOPK_THRESHOLD": "0"},  # DDTREE: every slice's top-K at 4096 x 8 (before session 27)
     "warmup": {"SGLANG_DDTREE_WARMUP": "1"},  # DDTREE: the round's Triton kernels compiled at start-up (worker.warmup)
     "nowarmup": {"SGLANG_DDTREE_WARMUP": "0"},  # DDTREE: each round kernel compiled at its first round (before session 29)
 }
