@@ -92,7 +92,7 @@ def run(bs_list: Sequence[int], budgets: Sequence[int], hq: int, hkv: int, d: in
 
     if not torch.cuda.is_available():
         raise RuntimeError("a CUDA GPU is required (the kernel's time is what this measures)")
-    from sglang_ddtree.worker.tree_attention import (MergeLaunch, _sm_count, merge_launch, tree_attention_merge,
+    from sglang_ddtree.worker.tree_attention import (MergeLaunch, merge_launch, sm_count, tree_attention_merge,
                                                      tree_attention_merge_torch)
 
     scale = d ** -0.5
@@ -103,7 +103,7 @@ def run(bs_list: Sequence[int], budgets: Sequence[int], hq: int, hkv: int, d: in
             q, k, v, bits, o_p, lse = _inputs(torch, bs, n, hq, hkv, d, seed=bs * 1000 + n)
             want = tree_attention_merge_torch(q, k, v, bits, o_p, lse, num_rows=n, sm_scale=scale).float()
             res = torch.empty_like(q)
-            chosen = merge_launch(n, bs, hkv, hq // hkv, _sm_count(q.device))
+            chosen = merge_launch(n, bs, hkv, hq // hkv, sm_count(q.device))
             rec = {"verify_launch": config_name(chosen.block_n, chosen.rows_per_program, chosen.max_heads,
                                                 chosen.num_warps)}
             launches = [("verify", None)] + [(config_name(*cfg), MergeLaunch(*cfg)) for cfg in configs]

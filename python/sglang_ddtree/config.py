@@ -140,9 +140,9 @@ def check_topk(value: Any) -> int:
     return _check_int(TOPK_FLAG, value, MIN_TOPK, MAX_TOPK)
 
 
-def env_switch(name: str, *, on: str, off: str, error=ValueError, default: Optional[bool] = False) -> Optional[bool]:
-    """An on/off environment variable: 0 -> False, 1 -> True, unset or empty -> ``default`` (None: a third state the
-    caller resolves), anything else an ``error`` naming the variable, the value and both meanings."""
+def env_switch(name: str, *, on: str, off: str, error=ValueError, default: bool = False) -> bool:
+    """An on/off environment variable: 0 -> False, 1 -> True, unset or empty -> ``default``, anything else an
+    ``error`` naming the variable, the value and both meanings."""
     value = os.environ.get(name, "").strip()
     if value == "":
         return default

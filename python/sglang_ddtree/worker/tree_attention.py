@@ -16,7 +16,7 @@ import torch
 
 from sglang_ddtree.tree._common import cdiv, check, next_pow2, triton_interpreting, use_triton
 
-__all__ = ["MergeLaunch", "merge_launch", "ancestor_bits", "ancestor_bits_torch", "tree_attention_merge",
+__all__ = ["MergeLaunch", "merge_launch", "sm_count", "ancestor_bits", "ancestor_bits_torch", "tree_attention_merge",
            "tree_attention_merge_torch"]
 
 BITS_PER_WORD = 32
@@ -61,16 +61,10 @@ class MergeLaunch:
 DEFAULT_MERGE_LAUNCH = MergeLaunch()  # until session 29 the verify's launch at every shape
 
 
-_SMS: dict = {}  # device index -> SM count
-
-
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":  # the Triton interpreter (CPU tests): the H200's count, the rule's fitted GPU
-        return 132
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SMS:
-        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SMS[index]
+def sm_count(device: torch.device) -> int:
+    """The GPU's SM count (torch caches the properties); under the Triton interpreter (CPU tests) the H200's 132,
+    the GPU ``merge_launch`` was fitted on."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
 
 
 def merge_launch(num_rows: int, batch_size: int, kv_heads: int, group: int, num_sms: int) -> MergeLaunch:
@@ -80,7 +74,7 @@ def merge_launch(num_rows: int, batch_size: int, kv_heads: int, group: int, num_
     gb = min(next_pow2(group), _MAX_HEADS_PER_PROGRAM)
     programs = cdiv(num_rows, _ROWS_PER_PROGRAM // gb) * batch_size * kv_heads * cdiv(group, gb)
     rows = _ROWS_PER_PROGRAM if programs >= _FILL * num_sms else 16
-    return MergeLaunch(block_n=32, rows_per_program=max(rows, gb))
+    return MergeLaunch(block_n=32, rows_per_program=rows)
 
 
 def num_words(num_rows: int) -> int:
@@ -263,7 +257,7 @@ def tree_attention_merge(
     bs, hkv = t // num_rows, k.shape[1]
     group = hq // hkv
     if launch is None:
-        launch = merge_launch(num_rows, bs, hkv, group, _sm_count(q.device))
+        launch = merge_launch(num_rows, bs, hkv, group, sm_count(q.device))
     gb = min(next_pow2(group), launch.max_heads)
     block_m = launch.rows_per_program // gb
     groups_per_kv = cdiv(group, gb)
