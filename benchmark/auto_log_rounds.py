@@ -21,9 +21,13 @@ import argparse
 import json
 import re
 import statistics
+import os
 import sys
 
-_LINE = re.compile(r"#running-req: (\d+),.*?accept len: ([\d.]+),.*?rounds by budget (\d+):1,.*?"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from sglang_ddtree.config import is_chain, parse_bucket  # noqa: E402  (no torch, no SGLang)
+
+_LINE = re.compile(r"#running-req: (\d+),.*?accept len: ([\d.]+),.*?rounds by budget ((?:chain)?\d+):1,.*?"
                    r"gen throughput \(token/s\): ([\d.]+)")
 # since session 27 the line also holds the cost model's estimates at the interval's batch size (metrics.AutoStats)
 _COSTS = re.compile(r"ms/round at bs (\d+) \{([^}]*)\}")
@@ -38,11 +42,11 @@ def rounds(lines):
     for line in lines:
         m = _LINE.search(line)
         if m and float(m.group(4)) > 0:
-            bs, accept, budget, tput = int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
+            bs, accept, budget, tput = int(m.group(1)), float(m.group(2)), parse_bucket(m.group(3)), float(m.group(4))
             est, c = None, _COSTS.search(line)
             if c and int(c.group(1)) == bs:
                 cells = (x.split(":") for x in c.group(2).split(",") if ":" in x)
-                est = {int(b): float(ms) for b, ms in cells if ms.strip() != "-"}
+                est = {parse_bucket(b): float(ms) for b, ms in cells if ms.strip() != "-"}
             out.append((bs, budget, 1000.0 * bs * accept / tput, est))
     return out
 
@@ -105,8 +109,18 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": " ".join(["python", "benchmark/auto_log_rounds.py"] + list(argv or sys.argv[1:])),
-                       "logs": report}, f, indent=1)
+                       "logs": _jsonable(report)}, f, indent=1)
     return 0
+
+
+def _jsonable(obj):
+    """``obj`` with the chain bucket written by its name ("chain15"): json writes an int subclass as a number,
+    which would read back as the tree bucket of its width."""
+    if isinstance(obj, dict):
+        return {(str(k) if is_chain(k) else k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [str(v) if is_chain(v) else _jsonable(v) for v in obj]
+    return obj
 
 
 if __name__ == "__main__":

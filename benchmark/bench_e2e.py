@@ -164,6 +164,8 @@ ENV_MODIFIERS = {
     "topkall": {"SGLANG_DDTREE_TOPK_THRESHOLD": "0"},  # DDTREE: every slice's top-K at 4096 x 8 (before session 27)
     "warmup": {"SGLANG_DDTREE_WARMUP": "1"},  # DDTREE: the round's Triton kernels compiled at start-up (worker.warmup)
     "nowarmup": {"SGLANG_DDTREE_WARMUP": "0"},  # DDTREE: each round kernel compiled at its first round (before session 29)
+    "chain": {"SGLANG_DDTREE_AUTO_CHAIN": "1"},  # budget auto on fa3: the chain bucket too (the default, widths)
+    "nochain": {"SGLANG_DDTREE_AUTO_CHAIN": "0"},  # budget auto: tree buckets only (before session 30)
 }
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
 # they ask for. pin0: budget auto verifies bucket 0 (no drafting) every round, so a profile shows a width-0 round's

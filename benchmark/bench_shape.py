@@ -119,10 +119,10 @@ from gpu_clocks import GpuSampler  # noqa: E402
 from shape_budgets import (ACCEPT_TABLE_ENV, AUTO_BUCKETS, BUDGET_COUNT_SETTINGS, config_env,  # noqa: E402
                            count_diff, settled_budget_rounds)
 from shape_projection import (PAPER_ACCEPT, auto_record, config_key, is_auto, load_accept_table,  # noqa: E402
-                              with_small_budgets,
+                              with_chain_bucket, with_small_budgets,
                               projected_tau, tau_for_budget)  # noqa: F401  (tau_for_budget: the tests' name)
 
-from sglang_ddtree.config import AUTO_MAX_BUDGET  # noqa: E402  (no torch, no SGLang)
+from sglang_ddtree.config import AUTO_MAX_BUDGET, parse_bucket  # noqa: E402  (no torch, no SGLang)
 from sglang_ddtree.hybrid_args import ENV as HYBRID_ENV  # noqa: E402  (no torch, no SGLang)
 from sglang_ddtree.worker.metrics import AutoStats, export_auto_to_prometheus  # noqa: E402
 
@@ -483,7 +483,7 @@ def _round_ms(spec: str, c: int, ans: dict, args) -> dict:
         window = {}
         for m in (m0, m1):
             for b, n in m["budget_rounds"].items():
-                window[int(b)] = window.get(int(b), 0) + n
+                window[parse_bucket(b)] = window.get(parse_bucket(b), 0) + n
         out.update(budget_rounds={str(b): window[b] for b in sorted(window)},
                    budget_rounds_by_generate={str(args.base_tokens): m0["budget_rounds"],
                                               str(args.new_tokens): m1["budget_rounds"]},
@@ -819,7 +819,7 @@ def plot(json_in: str, plot_dir: str) -> int:
             line, = right.plot(xs, [m["budget_mean"] for _, m in pts], marker="o", label=f"{spec}: mean budget")
             for c, m in pts:
                 total = sum(m["budget_rounds"].values())
-                bs = [int(b) for b in m["budget_rounds"]]
+                bs = [int(parse_bucket(b)) for b in m["budget_rounds"]]  # the chain at its width
                 shares = [n / total for n in m["budget_rounds"].values()]
                 right.scatter([c * 2 ** (0.06 * k)] * len(bs), bs, s=[300 * x for x in shares], alpha=0.35,
                               color=line.get_color())
@@ -920,6 +920,8 @@ def _check(ap, args) -> None:
     small = set(AUTO_BUCKETS) if any(is_auto(s) for s in args.configs) else set()
     small |= {b for k, b in map(config_key, args.configs) if k == "ddtree" and isinstance(b, int)}
     args.table = with_small_budgets(args.table, sorted(small))
+    if any(is_auto(s) for s in args.configs):  # auto on fa3 may verify the chain bucket: DFLASH's draft and tau
+        args.table = with_chain_bucket(args.table)
     if "assumed" in args.table:
         print(f"[bench_shape] ddtree budgets {args.table['assumed']['budgets']} lie below the accept table: "
               f"assumed {args.table['assumed']['rule']}: " + ", ".join(

@@ -11,7 +11,7 @@ import time
 from bench_e2e import engine_env
 from shape_projection import is_auto
 
-from sglang_ddtree.config import AUTO_MAX_BUDGET, bucket_budgets  # no torch, no SGLang
+from sglang_ddtree.config import AUTO_MAX_BUDGET, bucket_budgets, parse_bucket  # no torch, no SGLang
 from sglang_ddtree.worker.metrics import AUTO_ROUNDS_NAME
 
 # ``sglang_ddtree.worker.widths.ACCEPT_TABLE_ENV`` (spelled here: that module imports torch): the accept lengths
@@ -29,7 +29,7 @@ def config_env(spec: str, table: dict) -> dict:
     (JSON {budget: tau}), so the policy chooses with the tau the projection then applies to its choices."""
     env = engine_env(spec)
     if is_auto(spec):
-        points = sorted((int(b), float(t)) for b, t in table["ddtree"].items())
+        points = sorted((parse_bucket(b), float(t)) for b, t in table["ddtree"].items())  # a chain after its width
         env[ACCEPT_TABLE_ENV] = json.dumps({str(b): t for b, t in points})
     return env
 
@@ -47,7 +47,7 @@ def read_budget_rounds(prom_dir: str) -> dict:
     for metric in registry.collect():
         for sample in metric.samples:
             if sample.name in (AUTO_ROUNDS_NAME, AUTO_ROUNDS_NAME + "_total") and "budget" in sample.labels:
-                b = int(sample.labels["budget"])
+                b = parse_bucket(sample.labels["budget"])
                 out[b] = out.get(b, 0) + int(round(sample.value))
     return out
 

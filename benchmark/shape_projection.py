@@ -8,6 +8,11 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from sglang_ddtree.config import ChainBucket, is_chain, parse_bucket  # noqa: E402  (no torch, no SGLang)
 
 PAPER_ACCEPT = {
     "source": "DDTree paper (arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau from Table 1, DDTree tau "
@@ -52,6 +57,19 @@ def with_small_budgets(table: dict, budgets, depth: int = 15) -> dict:
                                   f"(from dflash tau {table['dflash']})"})
 
 
+def with_chain_bucket(table: dict, drafts: int = 15, depth: int = 15) -> dict:
+    """``table`` plus the chain bucket's accept length (budget auto on fa3, ``config.ChainBucket``): the top-1
+    chain of ``drafts`` drafts is DFLASH's own draft, so tau = 1 + a + ... + a^drafts at DFLASH's per-position
+    acceptance a (``chain_rate``); for ``drafts`` = ``depth`` that is the table's DFLASH tau itself, no
+    assumption beyond the drafter's. The entry is named ``chain<drafts>``, as the policy reads it; a table that
+    states it keeps its own."""
+    if str(ChainBucket(drafts)) in table["ddtree"]:
+        return table
+    a = chain_rate(table["dflash"], depth)
+    tau = round(sum(a ** i for i in range(min(drafts, depth) + 1)), 4)
+    return dict(table, ddtree={**table["ddtree"], str(ChainBucket(drafts)): tau})
+
+
 def config_key(spec: str):
     """``dflash+fa3`` -> ("dflash", None); ``ddtree:16:8+fa3`` -> ("ddtree", 16); ``ddtree:auto:8`` ->
     ("ddtree", "auto")."""
@@ -64,8 +82,12 @@ def config_key(spec: str):
 
 def tau_for_budget(ddtree_table: dict, budget: float) -> tuple[float, str]:
     """Accept length at ``budget`` from {budget: tau}: exact, linear in log2(budget) between neighbours,
-    or clamped outside the table. Returns (tau, how)."""
-    points = sorted((int(b), float(t)) for b, t in ddtree_table.items())
+    or clamped outside the table; the chain bucket (``chain15``) exactly its own entry. Returns (tau, how)."""
+    if is_chain(budget):
+        if str(budget) not in ddtree_table:
+            raise ValueError(f"the accept table has no entry for the chain bucket {budget}")
+        return float(ddtree_table[str(budget)]), "table (the chain: DFLASH's draft)"
+    points = sorted((int(b), float(t)) for b, t in ddtree_table.items() if not is_chain(parse_bucket(b)))
     xs = [b for b, _ in points]
     if budget in xs:
         return points[xs.index(budget)][1], "table"
@@ -93,14 +115,15 @@ def projected_tau(spec: str, table: dict, budget_rounds: dict = None):
 
 def tau_by_budget(ddtree_table: dict, budgets) -> dict:
     """{budget: (tau, how)}: budget 0 (no drafting) commits the bonus token only, 1.0; others as fixed budgets."""
-    return {int(b): (1.0, "no drafting") if int(b) == 0 else tau_for_budget(ddtree_table, int(b)) for b in budgets}
+    return {parse_bucket(b): (1.0, "no drafting") if parse_bucket(b) == 0 else tau_for_budget(ddtree_table, parse_bucket(b))
+            for b in budgets}
 
 
 def auto_tau(ddtree_table: dict, budget_rounds: dict) -> tuple[float, str]:
     """Tokens per round of ``ddtree:auto`` over rounds that verified budget b_r: the mean over rounds of tau(b_r)
     (every request of a round verifies the round's budget), NOT tau at the mean budget (tau is concave in the
     budget, and budget 0 commits 1 token). ``budget_rounds``: {budget: rounds}. Returns (tau, how)."""
-    counts = {int(b): int(n) for b, n in budget_rounds.items() if int(n) > 0}
+    counts = {parse_bucket(b): int(n) for b, n in budget_rounds.items() if int(n) > 0}
     taus = tau_by_budget(ddtree_table, counts)
     total = sum(counts.values())
     tau = sum(n * taus[b][0] for b, n in counts.items()) / total
@@ -109,12 +132,19 @@ def auto_tau(ddtree_table: dict, budget_rounds: dict) -> tuple[float, str]:
     return tau, f"mean over {total} verified rounds of tau(budget) (budget 0: 1.0){note}"
 
 
+def _is_bucket_name(text) -> bool:
+    try:
+        return parse_bucket(str(text)) >= 0
+    except ValueError:
+        return False
+
+
 def load_accept_table(path: str) -> dict:
     with open(path) as f:
         table = json.load(f)
     ok = (isinstance(table, dict) and all(isinstance(table.get(k), (int, float)) for k in ("plain", "dflash"))
           and isinstance(table.get("ddtree"), dict) and table["ddtree"]
-          and all(str(b).isdigit() and isinstance(t, (int, float)) for b, t in table["ddtree"].items()))
+          and all(_is_bucket_name(b) and isinstance(t, (int, float)) for b, t in table["ddtree"].items()))
     if not ok:
         raise ValueError(f"--accept-table {path}: want {{\"source\": ..., \"plain\": 1.0, \"dflash\": 7.79, "
                          f"\"ddtree\": {{\"16\": 8.61, ...}}}}")
@@ -129,7 +159,8 @@ def auto_record(ms: list, table: dict) -> dict:
     """A ``ddtree:auto`` config at one concurrency: its verified budgets pooled over the repetitions' windows
     and per window, the mean budget, tau per budget and the projected tau (``auto_tau``) pooled and per
     repetition. A window whose distribution is missing voids the projection (its round time is in the median)."""
-    windows = [{int(b): n for b, n in m["budget_rounds"].items()} if m.get("budget_rounds") else None for m in ms]
+    windows = [{parse_bucket(b): n for b, n in m["budget_rounds"].items()} if m.get("budget_rounds") else None
+               for m in ms]
     pooled = {}
     for w in windows:
         for b, n in (w or {}).items():

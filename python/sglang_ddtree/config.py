@@ -122,6 +122,53 @@ def bucket_budgets(max_budget: int, *, smallest: int = 1) -> tuple:
     return tuple(out)
 
 
+class ChainBucket(int):
+    """Budget auto's chain bucket: the top-1 draft of every block position, ``int(self)`` drafts in a row (the
+    chain DFLASH verifies), beside the tree buckets of the same verify width. As an int it is its draft count,
+    so ``bucket + 1`` is its verify rows and ``bucket > 0`` says it drafts; as a key it is its own
+    (``ChainBucket(15) != 15``: costs, accept ratios and graphs are the chain's, not budget 15's tree's), and it
+    prints as ``chain15`` (logs, ``/metrics`` labels). Where the target verifies on fa3 with DDTREE's fused tree
+    attention (``worker.fa3_tree``), its verify is upstream's causal one, DFLASH's (no tree merge, no ancestor
+    bits), so a load at which no tree pays for its extra kernels can take DFLASH's round (``DDTreeConfig.chain``)."""
+
+    def __new__(cls, drafts: int):
+        if isinstance(drafts, bool) or int(drafts) < 1:
+            raise ValueError(f"a chain bucket needs >= 1 drafts, got {drafts!r}")
+        return super().__new__(cls, int(drafts))
+
+    def __eq__(self, other):
+        return isinstance(other, ChainBucket) and int(self) == int(other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash(("chain", int(self)))
+
+    def __repr__(self):
+        return f"chain{int(self)}"
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return format(repr(self), spec)
+
+
+def is_chain(bucket) -> bool:
+    """Whether a bucket of ``DDTreeConfig.buckets`` is the chain bucket (``ChainBucket``) rather than a tree's
+    budget."""
+    return isinstance(bucket, ChainBucket)
+
+
+def parse_bucket(text: str):
+    """A bucket from its printed name: "15" -> 15, "chain15" -> ``ChainBucket(15)`` (``/metrics`` labels,
+    accept tables); a ValueError for anything else."""
+    text = str(text).strip()
+    if text.startswith("chain"):
+        return ChainBucket(int(text[len("chain"):]))
+    return int(text)
+
+
 def parse_budget_arg(text: str):
     """argparse ``type=`` of --speculative-ddtree-budget: an integer, "auto" or "auto:N"; the range is checked at
     validation (``check_budget``), which names the flag."""
@@ -193,12 +240,16 @@ class DDTreeConfig:
     topk:       max children per node (top-K draft tokens per block position); at most ``budget``.
     block_size: DFlash block size L of the drafter; the draft forward sees [bonus, mask x (L-1)].
     adaptive:   ``--speculative-ddtree-budget auto``: each round verifies one of ``buckets``.
+    chain:      with ``adaptive``, ``buckets`` also holds the chain of ``max_depth`` drafts (``ChainBucket``); the
+                worker sets it where that chain verifies more cheaply than a tree of its width
+                (``worker.widths.with_chain``).
     """
 
     budget: int
     topk: int
     block_size: int
     adaptive: bool = False
+    chain: bool = False
 
     def __post_init__(self):
         check_budget(self.budget)
@@ -210,6 +261,8 @@ class DDTreeConfig:
                 f"DDTREE needs a DFlash drafter with block size >= 2 (tree depth block size - 1), "
                 f"got {self.block_size!r}."
             )
+        if self.chain and not self.adaptive:
+            raise ValueError("DDTreeConfig: a chain bucket needs budget auto (adaptive).")
 
     @property
     def num_verify_tokens(self) -> int:
@@ -220,10 +273,15 @@ class DDTreeConfig:
     def buckets(self) -> tuple:
         """The budgets a round may verify, ascending: (budget,) for a fixed budget; with ``adaptive`` 0 (no
         drafting: the round is one target step committing the bonus token) and every 2^k - 1 up to the
-        budget (``width_policy.bucket_budgets``)."""
+        budget (``width_policy.bucket_budgets``); with ``chain`` also ``ChainBucket(max_depth)``, ordered by verify
+        rows and before the tree of its width (an exact tie in the policy goes to the cheaper chain)."""
         if not self.adaptive:
             return (self.budget,)
-        return bucket_budgets(self.budget)
+        out = bucket_budgets(self.budget)
+        if not self.chain or self.max_depth < 2:  # a chain of one draft is the tree of budget 1
+            return out
+        at = next((i for i, b in enumerate(out) if b >= self.max_depth), len(out))
+        return out[:at] + (ChainBucket(self.max_depth),) + out[at:]
 
     @property
     def max_depth(self) -> int:

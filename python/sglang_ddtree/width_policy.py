@@ -16,6 +16,9 @@ Expected tokens come from an accept model:
                         accepted / predicted, corrects it online.
   ``TableAcceptModel``  a stated accept-length table (tokens per round by budget): what benchmarks on random
                         weights project from (``benchmark/bench_shape.py``'s table).
+With the chain bucket (``config.ChainBucket``: the top-1 chain, verified as DFLASH verifies it) its expected
+accepted drafts are the sum over its depths of exp(path score) (``chain_expected_drafts``), and a table states
+its accept length as its own entry.
 Costs come from ``CostModel``: a start-up calibration per (captured batch size, bucket), refined online by
 round timings read a round later. ``WidthPolicy`` combines them; while it runs width 0 it has no tree
 scores, so every ``probe_every``-th such round it drafts at the smallest positive bucket to look again.
@@ -32,7 +35,7 @@ from typing import Dict, NamedTuple, Optional, Sequence
 
 import torch
 
-from sglang_ddtree.config import bucket_budgets  # noqa: F401  (re-exported: the policy's bucket set)
+from sglang_ddtree.config import bucket_budgets, is_chain  # noqa: F401  (bucket_budgets re-exported: the bucket set)
 
 
 def expected_drafts_at(scores: torch.Tensor, budgets: Sequence[int], *, index: Optional[torch.Tensor] = None
@@ -51,6 +54,13 @@ def expected_drafts_at(scores: torch.Tensor, budgets: Sequence[int], *, index: O
     cum = torch.cat([torch.zeros((bs, 1), dtype=top.dtype, device=top.device), top.cumsum(dim=1)], dim=1)
     idx = index if index is not None else torch.tensor(list(budgets), dtype=torch.int64, device=scores.device)
     return cum.index_select(1, idx)
+
+
+def chain_expected_drafts(top1_log_probs: torch.Tensor) -> torch.Tensor:
+    """Expected accepted drafts of each request's chain (``config.ChainBucket``): the sum over its depths of
+    exp(path score), the path score at depth d being the sum of the top-1 log-probs of positions 1..d.
+    Shape: top1_log_probs [bs, D] float32 (D drafts) -> [bs] float32. No host sync."""
+    return top1_log_probs.float().cumsum(dim=1).exp().sum(dim=1)
 
 
 class DraftForecast(NamedTuple):
@@ -180,16 +190,25 @@ def _lower_median(values) -> float:
 
 class TableAcceptModel:
     """Tokens per round from a stated table {budget: accept length (bonus included)}; budget 0 commits 1.
-    Between table entries linear in log2(budget), clamped outside (as ``bench_shape``'s projection)."""
+    Between tree entries linear in log2(budget), clamped outside (as ``bench_shape``'s projection). A chain
+    bucket (``config.ChainBucket``) takes its own entry, exactly: a chain is not a tree of its width."""
 
     def __init__(self, table: Dict[int, float]):
         if not table or any(int(b) < 1 or float(t) < 1.0 for b, t in table.items()):
             raise ValueError(f"accept table needs budgets >= 1 with accept lengths >= 1, got {table}")
-        self.points = sorted((math.log2(int(b)), float(t)) for b, t in table.items())
+        self.chains = {b: float(t) for b, t in table.items() if is_chain(b)}
+        self.points = sorted((math.log2(int(b)), float(t)) for b, t in table.items() if not is_chain(b))
+        if not self.points:
+            raise ValueError(f"accept table needs at least one tree budget, got {table}")
 
     def tokens_per_request(self, budget: int) -> float:
         if budget == 0:
             return 1.0
+        if is_chain(budget):
+            if budget not in self.chains:
+                raise ValueError(f"accept table has no entry for the chain bucket {budget} "
+                                 f"(entries {sorted(self.chains, key=int)})")
+            return self.chains[budget]
         x, pts = math.log2(budget), self.points
         if x <= pts[0][0]:
             return pts[0][1]

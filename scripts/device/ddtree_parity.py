@@ -32,6 +32,7 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
 
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
+from sglang_ddtree.config import ChainBucket  # noqa: E402
 from sglang_ddtree.validation import AUTO_TP_ENV, PAGED_VERIFIED_BACKENDS  # noqa: E402
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
@@ -119,6 +120,14 @@ CONFIGS = {
     "dd_fa3_b15_kvgraph": ddtree(15, 4, backend="fa3", _env=KV_GRAPH),
     "dd_fa3_b15_nooverlap_kvgraph": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, _env=KV_GRAPH),
     "dd_fa3_auto_cycle": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True)),
+    # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
+    # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
+    # have block 8: the chain of 7 drafts
+    "dd_fa3_auto_chain": ddtree("auto", 8, backend="fa3", _test_hooks=dict(pin_budget=ChainBucket(7))),
+    "dd_fa3_auto_chain_nooverlap": ddtree("auto", 8, backend="fa3", disable_overlap_schedule=True,
+                                          _test_hooks=dict(pin_budget=ChainBucket(7))),
+    "dd_fa3_auto_chain_nograph": ddtree("auto", 8, backend="fa3", disable_cuda_graph=True,
+                                        _test_hooks=dict(pin_budget=ChainBucket(7))),
     "dd_fa3_auto": ddtree("auto", 8, backend="fa3"),
     # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
     "plain_triton_tp2": dict(attention_backend="triton", tp_size=2),

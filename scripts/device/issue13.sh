@@ -23,6 +23,8 @@
 #                                             # (triton; fa3 not needed)
 #     bash scripts/device/issue13.sh merge    # the fa3 tree merge's launch rule: bench_tree_attention (its `verify`
 #                                             # entry), then sharp parity on fa3 with it (fa3 staged)
+#     bash scripts/device/issue13.sh chain    # budget auto's chain bucket on fa3: sharp parity pinned to it and in the
+#                                             # bucket cycle, then the 8B shape with and without it (fa3 staged)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
@@ -68,6 +70,29 @@ case "${1:-}" in
       timeout -k 5 120 python3 benchmark/bench_tree_attention.py --out "$OUT/tree_attention.json" 2>&1 | tail -n 12 )
     CMD_TIMEOUT_S=${CMD_TIMEOUT_S:-330} OUT=$OUT/checks exec bash $PAR \
       "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${MERGE_PARITY:-sharp:plain_fa3,sharp:dd_fa3_b15,sharp:dd_fa3_b64,sharp:dd_fa3_b15_nooverlap,sharp:dd_fa3_auto_cycle_compiles} --deadline-s $(( ${CMD_TIMEOUT_S:-330} - 30 ))"
+    ;;
+  chain)
+    # budget auto's chain bucket on fa3 (session 30): sharp greedy parity of plain fa3 against auto pinned to the
+    # chain (graphs, no overlap, no graphs) and auto's bucket cycle through it with the compile watch; then the
+    # 8B shape at CHAIN_CONCURRENCY (default 8,16) with auto with and without the chain beside DFLASH, b15 and AR
+    # (fa3 staged; carry [".device/env.sh", ".fa3/sha.txt"] on a machine the bundle was unpacked on)
+    OUT=${OUT:-/tmp/chain_out}
+    mkdir -p "$OUT"
+    if [ -z "${CHAIN_SKIP_PARITY:-}" ]; then
+      CMD_TIMEOUT_S=${CHAIN_PARITY_S:-260} OUT=$OUT/parity bash $PAR \
+        "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${CHAIN_PARITY:-sharp:plain_fa3,sharp:dd_fa3_auto_chain,sharp:dd_fa3_auto_cycle_compiles,sharp:dd_fa3_auto_chain_nooverlap} --deadline-s $(( ${CHAIN_PARITY_S:-260} - 20 ))"
+    fi
+    [ -n "${CHAIN_SKIP_SHAPE:-}" ] && exit 0
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    timeout -k 10 "${SHAPE_TIMEOUT_S:-300}" python3 benchmark/bench_shape.py --draft-weights normal --shapes qwen3-8b \
+      --configs "${SHAPE_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:auto:8+fa3,ddtree:auto:8+fa3+nochain}" \
+      --baselines dflash+fa3,plain+fa3 --concurrency "${CHAIN_CONCURRENCY:-8,16}" \
+      --repeats "${SHAPE_REPEATS:-2}" --new-tokens 48 --base-tokens 16 --max-total-tokens 24000 \
+      --log-dir "$OUT/logs" --out "$OUT/shape_chain.json" 2>&1 | tail -n 60
+    python3 benchmark/auto_log_rounds.py "$OUT"/logs/*.log --json "$OUT/auto_rounds.json" 2>&1 | cut -c1-240 | tail -n 30
+    (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)
+    ls -la "$OUT"
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
@@ -116,7 +141,10 @@ case "${1:-}" in
     grep "\[bench_e2e\]\|DDTREE auto\|auto budget\|  bs " "$OUT/e2e_profile.log" | tail -n 60
     for d in /tmp/prof_tiny/*/; do
       t=$(ls -t "$d"*.trace.json* 2>/dev/null | head -n 1)
-      [ -n "$t" ] && python3 benchmark/analyze_trace.py "$t" --json "$OUT/$(basename "$d").analysis.json" | head -n 6
+      # whole output to a file first: cut by `head`, the script died of a broken pipe before writing its JSON
+      # (session 30)
+      [ -n "$t" ] && python3 benchmark/analyze_trace.py "$t" --json "$OUT/$(basename "$d").analysis.json" \
+        > "$OUT/$(basename "$d").analysis.txt" 2>&1; head -n 6 "$OUT/$(basename "$d").analysis.txt"
     done
     gzip -f "$OUT/e2e_profile.log"
     ls -la "$OUT"
@@ -145,7 +173,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|paired|gc|profile|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|paired|gc|profile|shape" >&2
     exit 2
     ;;
 esac

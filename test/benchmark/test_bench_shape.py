@@ -232,7 +232,7 @@ def test_report_records_how_it_ran(run):
         assert rep["results"]["qwen3-4b"][spec]["4"]["profile"]["gpu"]["sm_mhz_min"] == 1755.0
     assert "SM 1755 MHz, 650 W, throttle sw_power_cap" in run[0].stdout
     assert rep["settings"]["baselines"] == ["dflash+fa3", "plain"] and rep["errors"] == {}
-    assert rep["accept_table"] == shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS)
+    assert rep["accept_table"] == EXTENDED
     assert "bench_shape.py" in rep["command"] and "--profile-concurrency 4" in rep["command"]
     assert "python" in rep["environment"] and "torch" in rep["environment"]
 
@@ -356,8 +356,10 @@ def _window(c: int, generates=((8, 4), (32, 16))) -> dict:
     return out
 
 
-# What a run with an auto config projects from: the paper's table plus the stated small-budget assumption.
-EXTENDED = shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS)
+# What a run with an auto config projects from: the paper's table plus the stated small-budget assumption and the
+# chain bucket's entry (DFLASH's tau).
+EXTENDED = shape_projection.with_chain_bucket(
+    shape_projection.with_small_budgets(bench_shape.PAPER_ACCEPT, bench_shape.AUTO_BUCKETS))
 
 
 def _fake_auto_tau(c: int, table=EXTENDED) -> float:
@@ -399,7 +401,7 @@ def test_auto_projection_is_the_mean_of_tau_over_rounds_not_tau_at_the_mean_budg
 
 def test_auto_engine_gets_the_projection_table(run):
     _, rep, _ = run
-    want = json.dumps({b: t for b, t in sorted(EXTENDED["ddtree"].items(), key=lambda x: int(x[0]))})
+    want = json.dumps({b: t for b, t in sorted(EXTENDED["ddtree"].items(), key=lambda x: int(x[0].lstrip("chain")))})
     for shape in SHAPES:
         engines = rep["engines"][shape]
         assert engines[AUTO]["accept_table_env_seen"] == want == engines[AUTO]["env"][bench_shape.ACCEPT_TABLE_ENV]
@@ -423,7 +425,7 @@ def test_auto_with_an_own_accept_table(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = json.loads(out.read_text())
     seen = json.loads(rep["engines"]["qwen3-8b"][AUTO]["accept_table_env_seen"])
-    assert seen == {"1": 1.5, "15": 3.0, "63": 4.0}
+    assert seen == {"1": 1.5, "15": 3.0, "chain15": 3.0, "63": 4.0}  # the chain: DFLASH's tau (with_chain_bucket)
     m = rep["results"]["qwen3-8b"][AUTO]["4"]
     w = _window(4)  # budgets 15 and 0
     assert m["tau"] == pytest.approx((w[15] * 3.0 + w[0] * 1.0) / sum(w.values()), abs=1e-3)

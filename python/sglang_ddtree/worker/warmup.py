@@ -71,7 +71,8 @@ def warm_round_kernels(
     per kernel call (the start-up log counts them). Synchronises once at the end (start-up only)."""
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.sampling import draw_rows
-    from sglang_ddtree.worker.tree_api import Tree, build_tree, fill_root, verify_topology
+    from sglang_ddtree.config import is_chain
+    from sglang_ddtree.worker.tree_api import Tree, build_chain, build_tree, fill_root, verify_topology
     from sglang_ddtree.worker.tree_attention import ancestor_bits
 
     ran = []
@@ -84,7 +85,10 @@ def warm_round_kernels(
     bonus = torch.zeros(1, **i64)
     for budget in config.buckets:
         n = budget + 1
-        if budget:
+        if is_chain(budget):  # the top-1 path: the builder at top-K 1
+            tree = build_chain(log_probs, token_ids, budget)
+            ran.append(f"build_chain:{budget}")
+        elif budget:
             tree = build_tree(log_probs, token_ids, budget)
             ran.append(f"build_tree:{budget}")
         else:  # the round's own root-only tree of a width-0 round
@@ -92,7 +96,7 @@ def warm_round_kernels(
         tokens = fill_root(tree, bonus)
         verify_topology(tree, prefix, 0)
         ran.append(f"verify_topology:{n}")
-        if tree_bits:
+        if tree_bits and not is_chain(budget):  # the chain verifies causally, without bits
             ancestor_bits(tree.parents, config.max_depth)
             ran.append(f"ancestor_bits:{n}")
         verify_loc = torch.zeros(1, n, **i64)  # slot 0: SGLang's dummy slot

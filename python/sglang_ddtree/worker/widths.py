@@ -32,10 +32,10 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from sglang_ddtree.config import DDTreeConfig
+from sglang_ddtree.config import DDTreeConfig, env_switch, is_chain, parse_bucket
 from sglang_ddtree.worker import metrics
 from sglang_ddtree.width_policy import (CostModel, DraftForecast, ScoreAcceptModel, TableAcceptModel, WidthPolicy,
-                                       expected_drafts_at)
+                                       chain_expected_drafts, expected_drafts_at)
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +43,14 @@ logger = logging.getLogger(__name__)
 # decide from a stated accept-length table instead of the drafter's scores: JSON {budget: tokens per round}, e.g.
 # '{"16": 8.61, "64": 9.75}' (``width_policy.TableAcceptModel``). Unset in serving.
 ACCEPT_TABLE_ENV = "SGLANG_DDTREE_AUTO_ACCEPT_TABLE"
+# The chain bucket (``config.ChainBucket``): 1 / unset = auto's buckets hold it where the target verifies on fa3 with
+# DDTREE's fused tree attention (``with_chain``), 0 = trees only.
+CHAIN_ENV = "SGLANG_DDTREE_AUTO_CHAIN"
 
 
 def accept_model(budgets):
-    """The drafter's scores corrected online (serving), or the table of ``ACCEPT_TABLE_ENV`` (benchmarks)."""
+    """The drafter's scores corrected online (serving), or the table of ``ACCEPT_TABLE_ENV`` (benchmarks; a chain
+    bucket among ``budgets`` needs its own entry, e.g. "chain15")."""
     import json
     import os
 
@@ -54,26 +58,57 @@ def accept_model(budgets):
     if not text:
         return ScoreAcceptModel(budgets)
     try:
-        table = {int(b): float(t) for b, t in json.loads(text).items()}
+        table = {parse_bucket(b): float(t) for b, t in json.loads(text).items()}
+        model = TableAcceptModel(table)
+        for b in budgets:
+            model.tokens_per_request(b)
     except (ValueError, AttributeError, TypeError) as e:
-        raise ValueError(f"{ACCEPT_TABLE_ENV}={text!r}: want JSON {{budget: accept length}}, e.g. "
-                         f"'{{\"16\": 8.61, \"64\": 9.75}}' ({e}).") from None
+        raise ValueError(f"{ACCEPT_TABLE_ENV}={text!r}: want JSON {{budget: accept length}} covering the buckets "
+                         f"{[str(b) for b in budgets]}, e.g. '{{\"16\": 8.61, \"64\": 9.75, \"chain15\": 7.79}}' "
+                         f"({e}).") from None
     logger.warning("DDTREE auto: accept lengths from %s=%s, not from the drafter (benchmarks only).",
                    ACCEPT_TABLE_ENV, text)
-    return TableAcceptModel(table)
+    return model
+
+
+def with_chain(config: DDTreeConfig, model_runner, *, hybrid: bool) -> DDTreeConfig:
+    """``config`` with the chain bucket (``DDTreeConfig.chain``) where it verifies more cheaply than the tree of
+    its width: budget auto, a dense target whose verify runs DDTREE's fused tree attention on fa3 (the chain then
+    takes upstream's causal verify, DFLASH's: no merge launch per layer, no ancestor bits), ``CHAIN_ENV`` not 0.
+    On triton and flashinfer a chain's verify is a tree's with a causal mask and costs the same, so it would only
+    add graphs; hybrid targets keep trees (their per-row state commit is verified for trees). Reads the env once,
+    at start-up."""
+    import dataclasses
+
+    from sglang_ddtree.worker import fa3_tree
+
+    if not config.adaptive or hybrid:
+        return config
+    if not env_switch(CHAIN_ENV, on="budget auto's chain bucket on fa3", off="tree buckets only", default=True):
+        return config
+    if not fa3_tree.target_uses_fa3(model_runner):
+        return config
+    return dataclasses.replace(config, chain=True)
 
 
 # ---- verify resources per width --------------------------------------------------------------------------
 @contextlib.contextmanager
-def verify_width_args(server_args, num_draft_tokens: int):
-    """The target's server args saying verify width ``num_draft_tokens`` while backends and graph runners of
-    that width are built (they read it at construction), restored afterwards."""
-    old = server_args.speculative_num_draft_tokens
-    _set_fields(server_args, speculative_num_draft_tokens=int(num_draft_tokens))
+def verify_width_args(server_args, num_draft_tokens: int, topk: Optional[int] = None):
+    """The target's server args saying verify width ``num_draft_tokens`` (and, with ``topk``, that top-K: 1 for
+    the chain bucket, whose fa3 backend then verifies causally) while backends and graph runners of that width are
+    built (they read them at construction), restored afterwards."""
+    old = server_args.speculative_num_draft_tokens, server_args.speculative_eagle_topk
+    fields = dict(speculative_num_draft_tokens=int(num_draft_tokens))
+    if topk is not None:
+        fields["speculative_eagle_topk"] = int(topk)
+    _set_fields(server_args, **fields)
     try:
         yield server_args
     finally:
-        _set_fields(server_args, speculative_num_draft_tokens=old)
+        restore = dict(speculative_num_draft_tokens=old[0])
+        if topk is not None:
+            restore["speculative_eagle_topk"] = old[1]
+        _set_fields(server_args, **restore)
 
 
 def _set_fields(server_args, **fields) -> None:
@@ -83,7 +118,8 @@ def _set_fields(server_args, **fields) -> None:
 
 
 class VerifyWidths:
-    """Per bucket budget: (attention backend, decode CUDA-graph runner or None) of the target at width b + 1."""
+    """Per bucket budget: (attention backend, decode CUDA-graph runner or None) of the target at width b + 1; the
+    chain bucket's are built at top-K 1, so that on fa3 they verify causally, as DFLASH's do."""
 
     def __init__(self, model_runner, server_args, config: DDTreeConfig, *, capture_graphs: bool,
                  is_rank0: bool = True):
@@ -101,7 +137,7 @@ class VerifyWidths:
                 continue
             tic = time.perf_counter()
             before = get_available_gpu_memory(model_runner.device, model_runner.gpu_id)
-            with verify_width_args(server_args, budget + 1):
+            with verify_width_args(server_args, budget + 1, topk=1 if is_chain(budget) else None):
                 backend = model_runner._get_attention_backend(init_new_workspace=False)
                 runner = (DecodeCudaGraphRunner(model_runner, attn_backend=backend,
                                                 speculative_num_draft_tokens=budget + 1)
@@ -110,7 +146,7 @@ class VerifyWidths:
             self.capture_s[budget] = time.perf_counter() - tic
             self.graph_mem_gb[budget] = before - get_available_gpu_memory(model_runner.device, model_runner.gpu_id)
             if is_rank0:
-                logger.info("DDTREE auto: verify width %d (budget %d) %s in %.1f s, %.2f GB.", budget + 1, budget,
+                logger.info("DDTREE auto: verify width %d (budget %s) %s in %.1f s, %.2f GB.", budget + 1, budget,
                             "captured" if runner is not None else "set up (no CUDA graphs)",
                             self.capture_s[budget], self.graph_mem_gb[budget])
 
@@ -239,7 +275,10 @@ class AutoWidth:
         self._inflight: collections.deque = collections.deque()
         self._last: Optional[_Pending] = None  # the latest round begun, until the next one begins
         self._index = {b: i for i, b in enumerate(self.budgets)}
-        self._budget_idx = torch.tensor(self.budgets, dtype=torch.int64, device=device)
+        # the forecast's columns: the b best nodes of the largest tree per tree bucket; the chain bucket's column
+        # (its int is its draft count, a placeholder here) is replaced by the chain's own sum in ``finish``
+        self._budget_idx = torch.tensor([int(b) for b in self.budgets], dtype=torch.int64, device=device)
+        self._chain_col = next((i for i, b in enumerate(self.budgets) if is_chain(b)), None)
 
     # -- calibration (start-up) --
     def calibrate(self, verify_graphs: Dict[int, Dict[int, object]], draft_graphs: Dict[int, object],
@@ -316,15 +355,20 @@ class AutoWidth:
         self._last = slot
         return slot
 
-    def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: torch.Tensor) -> None:
+    def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: torch.Tensor,
+               chain_log_probs: Optional[torch.Tensor] = None) -> None:
         """After the round's last launch: stage its numbers for a later ``choose`` (two device ops and one async
         copy; a forecast round adds the per-bucket sums). ``full_tree_scores`` [bs, N_max] of the round's tree at
-        the largest budget, or None."""
+        the largest budget, or None; with a chain bucket, a forecast round also passes ``chain_log_probs``
+        [bs, D] float32, the top-1 log-probs of the chain's D positions."""
         slot.scored = full_tree_scores is not None
         nb = len(self.budgets)
         if full_tree_scores is not None:
-            torch.sum(expected_drafts_at(full_tree_scores, self.budgets, index=self._budget_idx), dim=0,
-                      out=slot.dev[:nb])
+            per_bucket = expected_drafts_at(full_tree_scores, self.budgets, index=self._budget_idx)  # [bs, nb]
+            if self._chain_col is not None:
+                assert chain_log_probs is not None, "a forecast with a chain bucket needs the chain's log-probs"
+                per_bucket[:, self._chain_col] = chain_expected_drafts(chain_log_probs)
+            torch.sum(per_bucket, dim=0, out=slot.dev[:nb])
         torch.sum(accept_lens, dim=0, dtype=torch.float32, out=slot.dev[nb])
         slot.host.copy_(slot.dev, non_blocking=True)
         slot.end.record()

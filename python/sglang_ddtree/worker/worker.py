@@ -36,13 +36,13 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_ddtree.compat import adapter
-from sglang_ddtree.config import DDTreeConfig, resolved_args
+from sglang_ddtree.config import DDTreeConfig, is_chain, resolved_args
 from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling, warmup
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit
-from sglang_ddtree.worker.tree_api import Tree, build_tree, fill_root, verify_topology
+from sglang_ddtree.worker.tree_api import Tree, build_chain, build_tree, fill_root, verify_topology
 
 logger = logging.getLogger(__name__)
 
@@ -120,13 +120,18 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def init_cuda_graphs(self):
         """DFLASH's draft graphs (in the drafter's widths, above), then the draft-KV append graphs and, with
-        ``--speculative-ddtree-budget auto``, the target's verify resources of every smaller bucket and the start-up
-        calibration (``widths``), then (unless ``SGLANG_DDTREE_WARMUP=0``) the round's kernels (``warmup``). The
+        ``--speculative-ddtree-budget auto``, the chain bucket where it applies, the target's verify resources of every
+        smaller bucket and the start-up calibration (``widths``), then (unless ``SGLANG_DDTREE_WARMUP=0``) the round's kernels (``warmup``). The
         scheduler calls this after the target captured its own verify graphs (the largest bucket's)."""
         with adapter().drafter_widths(self.config):
             super().init_cuda_graphs()
         self._draft_kv_graphs = self._init_draft_kv_graphs()
         if self.config.adaptive:
+            # budget auto on fa3: the buckets also hold the chain that verifies as DFLASH's does (widths.with_chain),
+            # decided here, where the target's attention backend exists, before anything reads the buckets
+            from sglang_ddtree.worker.widths import with_chain
+
+            self.config = with_chain(self.config, self.target_worker.model_runner, hybrid=self._hybrid)
             self._init_auto()
         if warmup.enabled():
             self._warm_round_kernels()
@@ -231,15 +236,19 @@ class DDTreeWorker(DFlashWorkerV2):
 
         host = self._host_seq_lens(batch, draft_input)
         forecast_scores = None  # auto: the largest bucket's tree scores [bs, N_max] (expected drafts per bucket)
+        forecast_chain = None  # auto with the chain bucket: the top-1 log-probs [bs, D] (the chain's expected drafts)
         if budget == 0:  # no drafting: the round is one target step on the root (the bonus token)
             tree = Tree.make_dummy(bs, 0, self.device, max_depth=cfg.block_size - 1)
         else:
             # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
             log_probs, token_ids = self._draft(batch, draft_input, bs, host)
-            # BUILD: Tree of [bs, N] rows (row 0 the root).
-            tree = build_tree(log_probs, token_ids, budget)
+            # BUILD: Tree of [bs, N] rows (row 0 the root); the chain bucket's is the top-1 path.
+            tree = (build_chain(log_probs, token_ids, budget) if is_chain(budget)
+                    else build_tree(log_probs, token_ids, budget))
             if pending is not None and self._auto.wants_forecast(budget):
                 forecast_scores = (tree if budget == cfg.budget else build_tree(log_probs, token_ids, cfg.budget)).scores
+                if cfg.chain:
+                    forecast_chain = log_probs[:, :cfg.max_depth, 0]
         tokens = fill_root(tree, draft_input.bonus_tokens)  # [bs, N] int64, the bonus tokens as roots
 
         # VERIFY: verify_loc [bs*N] int64 slots req_to_token[b, prefix .. prefix + N).
@@ -256,8 +265,9 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._fa3_tree_bits is None:
             self._fa3_tree_bits = self._decide_fa3_tree_bits()
         with self._widths.active(budget) if self._widths is not None else contextlib.nullcontext():
+            # the chain bucket verifies causally (its backend's top-K is 1): no ancestor bits
             tree_bits = (fa3_tree.round_tree_bits(tree, cfg, self.target_worker.model_runner.attn_backend)
-                         if self._fa3_tree_bits else None)
+                         if self._fa3_tree_bits and not is_chain(budget) else None)
             verify_input = DDTreeVerifyInput(
                 draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=cfg.topk,
                 custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
@@ -307,7 +317,7 @@ class DDTreeWorker(DFlashWorkerV2):
             )
         logits_output.hidden_states = None  # keep it off the D2H copy
         if pending is not None:
-            self._auto.finish(pending, forecast_scores, c.accept_lens)
+            self._auto.finish(pending, forecast_scores, c.accept_lens, forecast_chain)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=c.out_tokens.view(-1),  # [bs*W], the first accept_lens[b] of each row valid

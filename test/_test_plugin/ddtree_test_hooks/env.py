@@ -10,7 +10,7 @@ DDTREE_TEST_CYCLE_BUDGETS=1            budget auto: every round verifies the nex
                                        (the width changes every round), whatever the policy chose
 DDTREE_TEST_HYBRID_FAULT=<mode>        a deliberate hybrid-state fault (modes: ``chain_commit``: commit row
                                        accept_len - 1; ``reversed_siblings``: children linked highest row first)
-DDTREE_TEST_PIN_BUDGET=<bucket>        budget auto: every round verifies this bucket (0: no drafting), whatever the
+DDTREE_TEST_PIN_BUDGET=<bucket>        budget auto: every round verifies this bucket (0: no drafting; chainN: the chain), whatever the
                                        policy chose (a diagnostic: a width-0 round profiled against plain decoding)
 DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
                                        and after every round that compiled another Triton specialisation of them
@@ -78,11 +78,17 @@ class HookEnv:
             raise ValueError(f"{HYBRID_FAULT}={out.hybrid_fault!r}: modes are {', '.join(HYBRID_FAULTS)}.")
         pin = get(PIN_BUDGET)
         if pin:
-            if not pin.isdigit():
-                raise ValueError(f"{PIN_BUDGET}={pin!r}: need a bucket budget (an integer >= 0).")
+            from sglang_ddtree.config import parse_bucket
+
+            try:
+                bucket = parse_bucket(pin)
+            except ValueError:
+                bucket = -1
+            if bucket < 0:
+                raise ValueError(f"{PIN_BUDGET}={pin!r}: need a bucket (an integer >= 0, or chainN).")
             if out.cycle_budgets:
                 raise ValueError(f"{PIN_BUDGET} and {CYCLE_BUDGETS} exclude each other.")
-            out = dataclasses.replace(out, pin_budget=int(pin))
+            out = dataclasses.replace(out, pin_budget=bucket)
         if out.compile_log and not os.path.isdir(os.path.dirname(os.path.abspath(out.compile_log))):
             raise ValueError(f"{COMPILE_LOG}={out.compile_log!r}: its folder does not exist.")
         rounds = get(VERIFY_DUMP_ROUNDS)

@@ -23,6 +23,7 @@ import os
 import torch
 
 from ddtree_test_hooks import verify_check
+from sglang_ddtree.config import is_chain
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def after_warm_compile_baseline(result, worker, *args, **kwargs):
     from ddtree_test_hooks import compile_watch
 
     _STATE["compiled"] = compile_watch.counts()
-    _compile_line({"event": "warmed", "counts": _STATE["compiled"], "buckets": list(worker.config.buckets)})
+    _compile_line({"event": "warmed", "counts": _STATE["compiled"], "buckets": [str(b) if is_chain(b) else b for b in worker.config.buckets]})
     return None
 
 
