@@ -79,8 +79,11 @@ case "${1:-}" in
     OUT=${OUT:-/tmp/chain_out}
     mkdir -p "$OUT"
     if [ -z "${CHAIN_SKIP_PARITY:-}" ]; then
+      # CHAIN_SAMPLING=1 adds the T > 0 distribution test on fa3 with auto's bucket cycle (auto:4: buckets 0, 1,
+      # 3, chain4, 4), beside the parity
       CMD_TIMEOUT_S=${CHAIN_PARITY_S:-260} OUT=$OUT/parity bash $PAR \
-        "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${CHAIN_PARITY:-sharp:plain_fa3,sharp:dd_fa3_auto_chain,sharp:dd_fa3_auto_cycle_compiles,sharp:dd_fa3_auto_chain_nooverlap} --deadline-s $(( ${CHAIN_PARITY_S:-260} - 20 ))"
+        "parity=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${CHAIN_PARITY:-sharp:plain_fa3,sharp:dd_fa3_auto_chain,sharp:dd_fa3_auto_cycle_compiles,sharp:dd_fa3_auto_chain_nooverlap} --deadline-s $(( ${CHAIN_PARITY_S:-260} - 20 ))" \
+        ${CHAIN_SAMPLING:+"sampling_chain=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"}
     fi
     [ -n "${CHAIN_SKIP_SHAPE:-}" ] && exit 0
     # shellcheck disable=SC1091
