@@ -268,7 +268,13 @@ def test_the_worker_decides_the_chain_before_auto_and_the_warm_up_read_the_bucke
     from sglang_ddtree.worker import fa3_tree
     from sglang_ddtree.worker import worker as worker_mod
 
+    import contextlib
+
+    import sglang_ddtree.compat as compat
+
     seen = []
+    # from 0.5.17 the drafter's widths scope a process-wide namespace no engine published here
+    monkeypatch.setattr(type(compat.adapter()), "drafter_widths", lambda self, config: contextlib.nullcontext())
     monkeypatch.setattr(DFlashWorkerV2, "init_cuda_graphs", lambda self: None)
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_draft_kv_graphs", lambda self: None)
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_auto", lambda self: seen.append(("auto", self.config.buckets)))
