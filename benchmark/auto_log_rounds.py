@@ -21,11 +21,9 @@ import argparse
 import json
 import re
 import statistics
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from sglang_ddtree.config import is_chain, parse_bucket  # noqa: E402  (no torch, no SGLang)
+from sglang_ddtree.config import is_chain, parse_bucket  # no torch, no SGLang
 
 _LINE = re.compile(r"#running-req: (\d+),.*?accept len: ([\d.]+),.*?rounds by budget ((?:chain)?\d+):1,.*?"
                    r"gen throughput \(token/s\): ([\d.]+)")

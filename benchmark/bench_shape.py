@@ -917,10 +917,11 @@ def _check(ap, args) -> None:
     # Every DDTREE budget below the table (auto's buckets, fixed budgets) gets the one stated assumption, whatever
     # else runs: until session 27 a fixed budget 15 was clamped to the table's 8.61 unless an auto config ran
     # beside it, and then got DFLASH's chain (7.79), so one config's projection depended on the others.
-    small = set(AUTO_BUCKETS) if any(is_auto(s) for s in args.configs) else set()
+    has_auto = any(is_auto(s) for s in args.configs)
+    small = set(AUTO_BUCKETS) if has_auto else set()
     small |= {b for k, b in map(config_key, args.configs) if k == "ddtree" and isinstance(b, int)}
     args.table = with_small_budgets(args.table, sorted(small))
-    if any(is_auto(s) for s in args.configs):  # auto on fa3 may verify the chain bucket: DFLASH's draft and tau
+    if has_auto:  # auto on fa3 may verify the chain bucket: DFLASH's draft and tau
         args.table = with_chain_bucket(args.table)
     if "assumed" in args.table:
         print(f"[bench_shape] ddtree budgets {args.table['assumed']['budgets']} lie below the accept table: "

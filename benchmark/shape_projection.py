@@ -8,11 +8,8 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from sglang_ddtree.config import ChainBucket, is_chain, parse_bucket  # noqa: E402  (no torch, no SGLang)
+from sglang_ddtree.config import ChainBucket, is_chain, parse_bucket  # no torch, no SGLang
 
 PAPER_ACCEPT = {
     "source": "DDTree paper (arXiv 2604.12989), Qwen3-8B, MATH-500, T=0: DFlash tau from Table 1, DDTree tau "
@@ -115,8 +112,7 @@ def projected_tau(spec: str, table: dict, budget_rounds: dict = None):
 
 def tau_by_budget(ddtree_table: dict, budgets) -> dict:
     """{budget: (tau, how)}: budget 0 (no drafting) commits the bonus token only, 1.0; others as fixed budgets."""
-    return {parse_bucket(b): (1.0, "no drafting") if parse_bucket(b) == 0 else tau_for_budget(ddtree_table, parse_bucket(b))
-            for b in budgets}
+    return {b: (1.0, "no drafting") if b == 0 else tau_for_budget(ddtree_table, b) for b in map(parse_bucket, budgets)}
 
 
 def auto_tau(ddtree_table: dict, budget_rounds: dict) -> tuple[float, str]:

@@ -214,14 +214,15 @@ def test_the_warm_up_builds_the_chain_without_ancestor_bits():
 
 
 def test_the_benchmark_projects_the_chain_at_dflash_tau():
-    import sys
     import os
+    import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmark"))
     import shape_projection as sp
 
     table = sp.with_chain_bucket(sp.with_small_budgets(sp.PAPER_ACCEPT, bucket_budgets(63)))
-    assert table["ddtree"]["chain15"] == pytest.approx(7.79, abs=1e-3) and table["ddtree"]["15"] == pytest.approx(7.79, abs=1e-3)
+    assert table["ddtree"]["chain15"] == pytest.approx(7.79, abs=1e-3)
+    assert table["ddtree"]["15"] == pytest.approx(7.79, abs=1e-3)
     assert sp.tau_for_budget(table["ddtree"], C15)[0] == pytest.approx(7.79, abs=1e-3)
     assert sp.tau_for_budget(table["ddtree"], 16) == (8.61, "table")  # the chain's entry leaves the trees alone
     tau, how = sp.auto_tau(table["ddtree"], {"chain15": 3, "31": 1, "0": 1})
@@ -231,8 +232,8 @@ def test_the_benchmark_projects_the_chain_at_dflash_tau():
 
 
 def test_the_round_log_reader_reads_the_chain():
-    import sys
     import os
+    import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmark"))
     import auto_log_rounds

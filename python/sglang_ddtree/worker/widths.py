@@ -97,18 +97,14 @@ def verify_width_args(server_args, num_draft_tokens: int, topk: Optional[int] = 
     """The target's server args saying verify width ``num_draft_tokens`` (and, with ``topk``, that top-K: 1 for
     the chain bucket, whose fa3 backend then verifies causally) while backends and graph runners of that width are
     built (they read them at construction), restored afterwards."""
-    old = server_args.speculative_num_draft_tokens, server_args.speculative_eagle_topk
-    fields = dict(speculative_num_draft_tokens=int(num_draft_tokens))
-    if topk is not None:
-        fields["speculative_eagle_topk"] = int(topk)
-    _set_fields(server_args, **fields)
+    old = dict(speculative_num_draft_tokens=server_args.speculative_num_draft_tokens,
+               speculative_eagle_topk=server_args.speculative_eagle_topk)
+    _set_fields(server_args, speculative_num_draft_tokens=int(num_draft_tokens),
+                speculative_eagle_topk=old["speculative_eagle_topk"] if topk is None else int(topk))
     try:
         yield server_args
     finally:
-        restore = dict(speculative_num_draft_tokens=old[0])
-        if topk is not None:
-            restore["speculative_eagle_topk"] = old[1]
-        _set_fields(server_args, **restore)
+        _set_fields(server_args, **old)
 
 
 def _set_fields(server_args, **fields) -> None:

@@ -120,9 +120,10 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def init_cuda_graphs(self):
         """DFLASH's draft graphs (in the drafter's widths, above), then the draft-KV append graphs and, with
-        ``--speculative-ddtree-budget auto``, the chain bucket where it applies, the target's verify resources of every
-        smaller bucket and the start-up calibration (``widths``), then (unless ``SGLANG_DDTREE_WARMUP=0``) the round's kernels (``warmup``). The
-        scheduler calls this after the target captured its own verify graphs (the largest bucket's)."""
+        ``--speculative-ddtree-budget auto``, the chain bucket where it applies, the target's verify resources of
+        every smaller bucket and the start-up calibration (``widths``), then (unless ``SGLANG_DDTREE_WARMUP=0``) the
+        round's kernels (``warmup``). The scheduler calls this after the target captured its own verify graphs (the
+        largest bucket's)."""
         with adapter().drafter_widths(self.config):
             super().init_cuda_graphs()
         self._draft_kv_graphs = self._init_draft_kv_graphs()

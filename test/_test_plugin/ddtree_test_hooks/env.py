@@ -10,8 +10,9 @@ DDTREE_TEST_CYCLE_BUDGETS=1            budget auto: every round verifies the nex
                                        (the width changes every round), whatever the policy chose
 DDTREE_TEST_HYBRID_FAULT=<mode>        a deliberate hybrid-state fault (modes: ``chain_commit``: commit row
                                        accept_len - 1; ``reversed_siblings``: children linked highest row first)
-DDTREE_TEST_PIN_BUDGET=<bucket>        budget auto: every round verifies this bucket (0: no drafting; chainN: the chain), whatever the
-                                       policy chose (a diagnostic: a width-0 round profiled against plain decoding)
+DDTREE_TEST_PIN_BUDGET=<bucket>        budget auto: every round verifies this bucket (0: no drafting; chainN: the
+                                       chain bucket), whatever the policy chose (a diagnostic: a width-0 round profiled
+                                       against plain decoding)
 DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
                                        and after every round that compiled another Triton specialisation of them
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
@@ -83,8 +84,8 @@ class HookEnv:
             try:
                 bucket = parse_bucket(pin)
             except ValueError:
-                bucket = -1
-            if bucket < 0:
+                bucket = None
+            if bucket is None or bucket < 0:
                 raise ValueError(f"{PIN_BUDGET}={pin!r}: need a bucket (an integer >= 0, or chainN).")
             if out.cycle_budgets:
                 raise ValueError(f"{PIN_BUDGET} and {CYCLE_BUDGETS} exclude each other.")

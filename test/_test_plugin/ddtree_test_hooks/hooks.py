@@ -180,7 +180,8 @@ def after_warm_compile_baseline(result, worker, *args, **kwargs):
     from ddtree_test_hooks import compile_watch
 
     _STATE["compiled"] = compile_watch.counts()
-    _compile_line({"event": "warmed", "counts": _STATE["compiled"], "buckets": [str(b) if is_chain(b) else b for b in worker.config.buckets]})
+    buckets = [str(b) if is_chain(b) else b for b in worker.config.buckets]  # json would write chain15 as 15
+    _compile_line({"event": "warmed", "counts": _STATE["compiled"], "buckets": buckets})
     return None
 
 
