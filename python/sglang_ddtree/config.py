@@ -283,6 +283,12 @@ class DDTreeConfig:
         at = next((i for i, b in enumerate(out) if b >= self.max_depth), len(out))
         return out[:at] + (ChainBucket(self.max_depth),) + out[at:]
 
+    def verifies_causally(self, bucket) -> bool:
+        """Whether a round of ``bucket`` verifies on upstream's causal path, its verify backend and graphs built at
+        top-K 1 (``worker.widths.VerifyWidths``): the chain bucket, and with ``chain`` also width 0 (the root alone,
+        a chain of no drafts). Such a round writes no ancestor bits and no mask (``worker.chain_inputs``)."""
+        return is_chain(bucket) or (self.chain and int(bucket) == 0)
+
     @property
     def max_depth(self) -> int:
         """D: deepest reachable node; one block position per level, never more levels than nodes."""

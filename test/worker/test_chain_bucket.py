@@ -15,7 +15,7 @@ from sglang_ddtree.config import ChainBucket, DDTreeConfig, bucket_budgets, is_c
 from sglang_ddtree.width_policy import (CostModel, DraftForecast, ScoreAcceptModel, TableAcceptModel, WidthPolicy,
                                         chain_expected_drafts, expected_drafts_at)
 from sglang_ddtree.worker import widths
-from sglang_ddtree.worker.tree_api import build_chain, build_tree
+from sglang_ddtree.worker.tree_api import build_tree
 
 C15 = ChainBucket(15)
 
@@ -53,25 +53,36 @@ def test_a_chain_needs_budget_auto():
         DDTreeConfig(budget=15, topk=4, block_size=16, chain=True)
 
 
-def test_the_chain_is_the_top1_path():
+def _top1_tree(lp, ids, drafts):
+    """What the builder makes of each position's best token alone: the chain of ``drafts`` top-1 drafts."""
+    return build_tree(lp[:, :, :1].contiguous(), ids[:, :, :1].contiguous(), drafts, backend="torch")
+
+
+def test_the_chain_rounds_constant_structure_is_the_top1_tree():
+    """A chain-shaped round takes its structure from ``ChainInputs`` instead of the builder: the same rows."""
+    from sglang_ddtree.worker.chain_inputs import ChainInputs
+
     torch.manual_seed(0)
     lp = torch.randn(3, 15, 8).log_softmax(-1).sort(-1, descending=True).values
     ids = torch.randint(0, 1000, (3, 15, 8))
+    chains = ChainInputs([16, 8, 3], max_depth=15, device="cpu")
+    root = torch.tensor([5, 6, 7])
     for drafts in (15, 7, 2):
-        chain = build_chain(lp, ids, drafts)
-        top1 = build_tree(lp[:, :, :1].contiguous(), ids[:, :, :1].contiguous(), drafts, backend="torch")
-        assert chain.num_rows == drafts + 1
+        top1 = _top1_tree(lp, ids, drafts)
+        chain = chains.tree(chains.tokens(root, ids[:, :drafts, 0]))
+        assert chain.num_rows == drafts + 1 and chain.scores is None
         assert torch.equal(chain.parents, torch.arange(-1, drafts).expand(3, -1))
-        assert torch.equal(chain.token_ids[:, 1:], ids[:, :drafts, 0])
-        assert torch.allclose(chain.scores[:, 1:], lp[:, :drafts, 0].cumsum(1))
-        for name in ("parents", "token_ids", "scores"):
-            assert torch.equal(getattr(chain, name), getattr(top1, name))
+        assert torch.equal(chain.token_ids[:, 1:], ids[:, :drafts, 0]) and torch.equal(chain.token_ids[:, 0], root)
+        assert torch.allclose(top1.scores[:, 1:], lp[:, :drafts, 0].cumsum(1))
+        for name in ("parents", "depths", "valid", "num_nodes"):
+            assert torch.equal(getattr(chain, name), getattr(top1, name)), name
+        assert torch.equal(chain.token_ids[:, 1:], top1.token_ids[:, 1:])
 
 
 def test_chain_expected_drafts_is_the_sum_of_its_path_probabilities():
     torch.manual_seed(1)
     lp = torch.randn(4, 15, 8).log_softmax(-1).sort(-1, descending=True).values
-    chain = build_chain(lp, torch.randint(0, 9, (4, 15, 8)), 15)
+    chain = _top1_tree(lp, torch.randint(0, 9, (4, 15, 8)), 15)
     got = chain_expected_drafts(lp[:, :, 0])
     assert torch.allclose(got, chain.scores[:, 1:].exp().sum(1))
     # a tree of the same width holds the best 15 prefixes: never fewer expected drafts than the chain
@@ -176,9 +187,10 @@ def test_with_chain_only_for_auto_on_fa3_dense_targets(monkeypatch):
         widths.with_chain(auto, _runner(monkeypatch, True), hybrid=False)
 
 
-def test_the_chains_verify_resources_are_built_at_topk_1(monkeypatch):
-    """VerifyWidths builds each bucket's attention backend under server args that say its width; the chain's also
-    say top-K 1, so fa3's backend verifies it causally (upstream's ``topk <= 1`` path); the args are restored."""
+def test_the_causal_buckets_verify_resources_are_built_at_topk_1(monkeypatch):
+    """VerifyWidths builds each bucket's attention backend under server args that say its width; the chain's and,
+    beside it, width 0's also say top-K 1, so fa3's backend verifies them causally (upstream's ``topk <= 1`` path);
+    the args are restored. Without the chain, width 0 keeps the server's top-K."""
     import sglang.srt.utils as sg_utils
 
     monkeypatch.setattr(sg_utils, "get_available_gpu_memory", lambda *a, **k: 10.0)
@@ -194,23 +206,35 @@ def test_the_chains_verify_resources_are_built_at_topk_1(monkeypatch):
                                device="cpu", gpu_id=0)
     config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True, chain=True)
     vw = widths.VerifyWidths(mr, args, config, capture_graphs=False)
-    assert seen == [(1, 8), (2, 8), (4, 8), (8, 8), (16, 1), (16, 8), (32, 8)]
+    assert seen == [(1, 1), (2, 8), (4, 8), (8, 8), (16, 1), (16, 8), (32, 8)]
     assert set(vw.sets) == set(config.buckets) and vw.sets[63] == ("own", None)
     assert (args.speculative_num_draft_tokens, args.speculative_eagle_topk) == (64, 8)
     with vw.active(C15) as b:
         assert mr.attn_backend is b is vw.sets[C15][0] and b is not vw.sets[15][0]
     assert mr.attn_backend == "own"
+    assert [b for b in config.buckets if config.verifies_causally(b)] == [0, C15]
+    seen.clear()
+    trees_only = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True)
+    widths.VerifyWidths(mr, args, trees_only, capture_graphs=False)
+    assert seen == [(1, 8), (2, 8), (4, 8), (8, 8), (16, 8), (32, 8)]
+    assert not any(trees_only.verifies_causally(b) for b in trees_only.buckets)
 
 
-def test_the_warm_up_builds_the_chain_without_ancestor_bits():
+def test_the_warm_up_runs_chain_shaped_buckets_without_build_topology_or_bits():
     from sglang_ddtree.worker import warmup
 
     config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True, chain=True)
     ran = warmup.warm_round_kernels(config, "cpu", tree_bits=True)
-    assert "build_chain:chain15" in ran and "build_tree:15" in ran
+    assert "build_tree:15" in ran and not any(r.startswith("build_tree:chain") for r in ran)
     assert [r for r in ran if r.startswith("ancestor_bits")] == [f"ancestor_bits:{b + 1}" for b in config.buckets
-                                                                 if not is_chain(b)]
-    assert ran.count("verify_topology:16") == 2 and ran.count("accept_commit:16") == 2  # the chain and tree 15
+                                                                 if b != 0 and not is_chain(b)]
+    assert [r for r in ran if r.startswith("verify_topology")] == [f"verify_topology:{b + 1}" for b in config.buckets
+                                                                   if b != 0 and not is_chain(b)]
+    assert ran.count("accept_commit:16") == 2 and ran.count("accept_commit:1") == 1  # the chain and tree 15; width 0
+    # trees only: width 0 is still chain-shaped (no build, no topology) but verifies with bits on fa3
+    ran = warmup.warm_round_kernels(DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), "cpu",
+                                    tree_bits=True)
+    assert "ancestor_bits:1" in ran and "verify_topology:1" not in ran
 
 
 def test_the_benchmark_projects_the_chain_at_dflash_tau():

@@ -39,7 +39,8 @@ def test_every_bucket_at_its_width(monkeypatch):
     ran = warmup.warm_round_kernels(config, "cpu", tree_bits=True, vocab_size=32, max_batch_size=48,
                                     move_kv=lambda c, w: moves.append((c.accept_lens.tolist(), w)))
     widths = [b + 1 for b in config.buckets]
-    assert seen == [x for n in widths for x in (("topology", n), ("commit", n))]
+    # width 0 is chain-shaped (worker.chain_inputs): no build, no topology, but the commit and (not causal here) bits
+    assert seen == [("commit", 1)] + [x for n in widths[1:] for x in (("topology", n), ("commit", n))]
     assert [r for r in ran if r.startswith("build_tree")] == [f"build_tree:{b}" for b in config.buckets if b]
     assert [r for r in ran if r.startswith("ancestor_bits")] == [f"ancestor_bits:{n}" for n in widths]
     assert moves == [([1], 16)] and "draw_rows" in ran  # the mover once: a dummy root accepts nothing

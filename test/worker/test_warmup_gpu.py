@@ -24,11 +24,14 @@ BATCH_SIZES = (1, 2, 3, 16, 17, 48)
 
 
 def _round_calls(config, bs, req_to_token, vocab):
-    """A round's eager kernels at batch size ``bs``, every bucket, as the worker calls them."""
+    """A round's eager kernels at batch size ``bs``, every bucket, as the worker calls them (chain-shaped buckets,
+    width 0 and the chain, through ``chain_inputs``: no build, no topology)."""
     from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
+    from sglang_ddtree.config import is_chain
+    from sglang_ddtree.worker.chain_inputs import ChainInputs
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.sampling import draw_rows
-    from sglang_ddtree.worker.tree_api import Tree, build_tree, fill_root, verify_topology
+    from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
     from sglang_ddtree.worker.tree_attention import ancestor_bits
 
     dev, depth = "cuda", config.block_size - 1
@@ -37,15 +40,23 @@ def _round_calls(config, bs, req_to_token, vocab):
     log_probs, token_ids = logits.log_softmax(-1).topk(config.topk, dim=-1)
     prefix = torch.randint(10, 100, (bs,), device=dev, generator=g)  # int64, as the batch's seq_lens
     req_pool_indices = torch.arange(bs, device=dev)
+    root = torch.zeros(bs, dtype=torch.int64, device=dev)
+    chains = ChainInputs([1, depth + 1], max_depth=depth, device=dev)
     for budget in config.buckets:
         n = budget + 1
-        tree = build_tree(log_probs, token_ids, budget) if budget else Tree.make_dummy(bs, 0, dev, max_depth=depth)
-        tokens = fill_root(tree, torch.zeros(bs, dtype=torch.int64, device=dev))
         verify_loc = assign_extend_cache_locs_func(
             req_pool_indices=req_pool_indices, req_to_token=req_to_token, start_offset=prefix,
             end_offset=prefix + n, batch_size=bs, draft_token_num=n, device=dev)
-        verify_topology(tree, prefix, int(prefix.sum()) + bs * config.accept_width)
-        ancestor_bits(tree.parents, config.max_depth)
+        if budget == 0 or is_chain(budget):
+            tree = chains.tree(chains.tokens(root, token_ids[:, :int(budget), 0] if budget else None))
+            tokens = tree.token_ids
+            chains.positions(prefix, n)
+        else:
+            tree = build_tree(log_probs, token_ids, budget)
+            tokens = fill_root(tree, root)
+            verify_topology(tree, prefix, int(prefix.sum()) + bs * config.accept_width)
+        if not config.verifies_causally(budget):
+            ancestor_bits(tree.parents, config.max_depth)
         targets = torch.randint(0, 50, (bs * n, vocab), device=dev, generator=g).float().argmax(-1).view(bs, n)
         greedy_accept_commit(tree, tokens, targets, verify_loc.view(bs, n), prefix, config.accept_width)
     draw_rows(torch.rand(bs * 2, vocab, device=dev, generator=g))
@@ -54,16 +65,17 @@ def _round_calls(config, bs, req_to_token, vocab):
 def test_no_kernel_compiles_after_the_warm_up():
     from sglang_ddtree.worker import warmup
 
-    config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True)
     vocab, max_bs = 1000, 48
     req_to_token = torch.arange(64 * 512, dtype=torch.int32, device="cuda").view(64, 512)
-    warmup.warm_round_kernels(config, "cuda", tree_bits=True, vocab_size=vocab, req_to_token=req_to_token,
-                              max_batch_size=max_bs)
-    before = compile_watch.counts()
-    for bs in BATCH_SIZES:
-        _round_calls(config, bs, req_to_token, vocab)
-    torch.cuda.synchronize()
-    assert compile_watch.grown(before, compile_watch.counts()) == {}
+    for chain in (False, True):  # trees only (triton, flashinfer, hybrid) and with the chain bucket (fa3)
+        config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True, chain=chain)
+        warmup.warm_round_kernels(config, "cuda", tree_bits=True, vocab_size=vocab, req_to_token=req_to_token,
+                                  max_batch_size=max_bs)
+        before = compile_watch.counts()
+        for bs in BATCH_SIZES:
+            _round_calls(config, bs, req_to_token, vocab)
+        torch.cuda.synchronize()
+        assert compile_watch.grown(before, compile_watch.counts()) == {}, chain
     # each was compiled (the counting reads the cache the warm-up fills); the KV mover needs a pool (engine check:
     # ddtree_parity.py's *_compiles configs)
     assert all(v for k, v in before.items() if k != "move_kv"), before

@@ -50,6 +50,8 @@ def check_tree(tree) -> None:
     shape, dev = tree.parents.shape, tree.parents.device
     for name, dtype in _TREE_DTYPES:
         t = getattr(tree, name)
+        if t is None and name == "scores":  # a chain-shaped round's tree carries no scores (Tree.scores)
+            continue
         check(t, f"tree.{name}", dtype, 2, dev)
         if t.shape != shape or not t.is_contiguous():
             raise ValueError(f"tree.{name} must be contiguous {tuple(shape)}, got {tuple(t.shape)}")

@@ -23,7 +23,9 @@ class Tree:
     token_ids: torch.Tensor  # [bs, N] int64; root = caller's bonus token (0 if not given); pads 0
     parents: torch.Tensor  # [bs, N] int64; row of the parent; -1 for the root and for pads
     depths: torch.Tensor  # [bs, N] int64; root 0, nodes 1..max_depth, pads 0
-    scores: torch.Tensor  # [bs, N] float32; sum of draft log-probs on the root path; root 0, pads -inf
+    # [bs, N] float32; sum of draft log-probs on the root path; root 0, pads -inf. None for a chain-shaped round's
+    # tree (``worker.chain_inputs``: structure only, nothing there reads scores)
+    scores: Optional[torch.Tensor]
     valid: torch.Tensor  # [bs, N] bool; True for the root and real nodes (rows < num_nodes)
     num_nodes: torch.Tensor  # [bs] int32; 1 + number of real nodes (<= N)
     max_depth: int  # L - 1: the deepest possible node (static, for CUDA graphs)

@@ -2,7 +2,6 @@
 
 ``build_tree`` is the package's builder (fused Triton kernel on CUDA, PyTorch elsewhere; N = budget + 1
 rows per request, row 0 the root, parent row < child row, siblings ascending, pads invalid);
-``build_chain`` is budget auto's chain bucket (the top-1 path, ``config.ChainBucket``) through the same builder;
 ``verify_topology`` unpacks the package's verify topology into the tuple the worker feeds SGLang's tree
 verify; ``fill_root`` writes the bonus tokens into row 0 (in place).
 """
@@ -13,15 +12,7 @@ import torch
 
 from sglang_ddtree.tree import Tree, build_tree, build_verify_topology
 
-__all__ = ["Tree", "build_chain", "build_tree", "fill_root", "verify_topology"]
-
-
-def build_chain(top_log_probs: torch.Tensor, top_token_ids: torch.Tensor, drafts: int) -> Tree:
-    """The chain of the top-1 draft at block positions 1..``drafts``: the tree ``build_tree`` makes from each
-    position's best token alone (node d at depth d, its parent node d - 1), the draft DFLASH verifies.
-    Shape: as ``build_tree`` (top_log_probs [bs, L-1, K] float32, top_token_ids [bs, L-1, K] int64), drafts
-    <= L - 1 -> Tree with N = drafts + 1 rows. No host sync; CUDA-graph safe."""
-    return build_tree(top_log_probs[:, :, :1].contiguous(), top_token_ids[:, :, :1].contiguous(), int(drafts))
+__all__ = ["Tree", "build_tree", "fill_root", "verify_topology"]
 
 
 def verify_topology(tree: Tree, prefix_lens: torch.Tensor, seq_lens_sum_bound: int):

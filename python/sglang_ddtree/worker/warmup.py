@@ -3,8 +3,8 @@
 Triton compiles a kernel once per specialisation: its constexprs, the dtypes and 16-byte alignment of its
 pointers, and whether each int argument is 1 or a multiple of 16. The round's eager kernels specialise on the
 verify width N = budget + 1 and not on the batch size (the batch is their grid):
-  - the tree build, per drafting budget (``tree.build_tree``);
-  - the verify topology (``tree.build_verify_topology``);
+  - the tree build and the verify topology, per tree budget (``tree.build_tree``, ``tree.build_verify_topology``;
+    chain-shaped rounds, width 0 and the chain bucket, take neither: ``chain_inputs``);
   - the fused accept + commit (``kv_commit.greedy_accept_commit``);
   - the ancestor bits of fa3's fused tree attention (``tree_attention.ancestor_bits``), per word count of N.
 Upstream's ``assign_extend_cache_locs`` of the verify slots specialises on next_power_of_2(batch size) instead.
@@ -69,13 +69,15 @@ def warm_round_kernels(
     upstream's slot kernel at every batch-size class up to ``max_batch_size`` (None or a device without Triton:
     not warmed); ``move_kv``: the worker's ``AcceptedKVMover`` (None: not warmed). Returns what ran, one entry
     per kernel call (the start-up log counts them). Synchronises once at the end (start-up only)."""
+    from sglang_ddtree.config import is_chain
+    from sglang_ddtree.worker.chain_inputs import ChainInputs
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.sampling import draw_rows
-    from sglang_ddtree.config import is_chain
-    from sglang_ddtree.worker.tree_api import Tree, build_chain, build_tree, fill_root, verify_topology
+    from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
     from sglang_ddtree.worker.tree_attention import ancestor_bits
 
     ran = []
+    commit = None
     depth, width = config.block_size - 1, config.accept_width
     i64 = dict(dtype=torch.int64, device=device)
     # the draft head's layout: [bs, L-1, K] float32 log-probs, each row descending, and int64 token ids
@@ -83,27 +85,26 @@ def warm_round_kernels(
     token_ids = torch.arange(depth * config.topk, **i64).view(1, depth, config.topk)
     prefix = torch.zeros(1, **i64)  # the batch's seq_lens (int64)
     bonus = torch.zeros(1, **i64)
+    chains = ChainInputs([1] + [b + 1 for b in config.buckets if is_chain(b)], max_depth=depth, device=device)
     for budget in config.buckets:
         n = budget + 1
-        if is_chain(budget):  # the top-1 path: the builder at top-K 1
-            tree = build_chain(log_probs, token_ids, budget)
-            ran.append(f"build_chain:{budget}")
-        elif budget:
+        if budget == 0 or is_chain(budget):  # chain-shaped (the round's chain_inputs): no build, no topology
+            tree = chains.tree(chains.tokens(bonus, token_ids[:, :int(budget), 0] if budget else None))
+            tokens = tree.token_ids
+        else:
             tree = build_tree(log_probs, token_ids, budget)
             ran.append(f"build_tree:{budget}")
-        else:  # the round's own root-only tree of a width-0 round
-            tree = Tree.make_dummy(1, 0, device, max_depth=depth)
-        tokens = fill_root(tree, bonus)
-        verify_topology(tree, prefix, 0)
-        ran.append(f"verify_topology:{n}")
-        if tree_bits and not is_chain(budget):  # the chain verifies causally, without bits
+            tokens = fill_root(tree, bonus)
+            verify_topology(tree, prefix, 0)
+            ran.append(f"verify_topology:{n}")
+        if tree_bits and not config.verifies_causally(budget):  # a causal bucket verifies without bits
             ancestor_bits(tree.parents, config.max_depth)
             ran.append(f"ancestor_bits:{n}")
         verify_loc = torch.zeros(1, n, **i64)  # slot 0: SGLang's dummy slot
         no_token = torch.full((1, n), -1, **i64)  # a target token no child has: the root alone is accepted
         commit = greedy_accept_commit(tree, tokens, no_token, verify_loc, prefix, width)
         ran.append(f"accept_commit:{n}")
-    if move_kv is not None:  # one specialisation (its width is W at every bucket): the last bucket's commit
+    if move_kv is not None and commit is not None:  # one specialisation (its width is W at every bucket)
         move_kv(commit, width)
         ran.append("move_kv")
     if vocab_size:  # its uniform comes from the default generator: restored, so start-up draws nothing

@@ -74,7 +74,8 @@ def accept_model(budgets):
 def with_chain(config: DDTreeConfig, model_runner, *, hybrid: bool) -> DDTreeConfig:
     """``config`` with the chain bucket (``DDTreeConfig.chain``) where it verifies more cheaply than the tree of
     its width: budget auto, a dense target whose verify runs DDTREE's fused tree attention on fa3 (the chain then
-    takes upstream's causal verify, DFLASH's: no merge launch per layer, no ancestor bits), ``CHAIN_ENV`` not 0.
+    takes upstream's causal verify, DFLASH's: no merge launch per layer, no ancestor bits; and so does width 0,
+    ``DDTreeConfig.verifies_causally``), ``CHAIN_ENV`` not 0.
     On triton and flashinfer a chain's verify is a tree's with a causal mask and costs the same, so it would only
     add graphs; hybrid targets keep trees (their per-row state commit is verified for trees). Reads the env once,
     at start-up."""
@@ -95,7 +96,7 @@ def with_chain(config: DDTreeConfig, model_runner, *, hybrid: bool) -> DDTreeCon
 @contextlib.contextmanager
 def verify_width_args(server_args, num_draft_tokens: int, topk: Optional[int] = None):
     """The target's server args saying verify width ``num_draft_tokens`` (and, with ``topk``, that top-K: 1 for
-    the chain bucket, whose fa3 backend then verifies causally) while backends and graph runners of that width are
+    a causal bucket, whose fa3 backend then verifies causally) while backends and graph runners of that width are
     built (they read them at construction), restored afterwards."""
     old = dict(speculative_num_draft_tokens=server_args.speculative_num_draft_tokens,
                speculative_eagle_topk=server_args.speculative_eagle_topk)
@@ -115,7 +116,8 @@ def _set_fields(server_args, **fields) -> None:
 
 class VerifyWidths:
     """Per bucket budget: (attention backend, decode CUDA-graph runner or None) of the target at width b + 1; the
-    chain bucket's are built at top-K 1, so that on fa3 they verify causally, as DFLASH's do."""
+    causal buckets' (``DDTreeConfig.verifies_causally``: the chain bucket, and width 0 beside it) are built at top-K
+    1, so that on fa3 they verify causally, as DFLASH's do."""
 
     def __init__(self, model_runner, server_args, config: DDTreeConfig, *, capture_graphs: bool,
                  is_rank0: bool = True):
@@ -133,7 +135,7 @@ class VerifyWidths:
                 continue
             tic = time.perf_counter()
             before = get_available_gpu_memory(model_runner.device, model_runner.gpu_id)
-            with verify_width_args(server_args, budget + 1, topk=1 if is_chain(budget) else None):
+            with verify_width_args(server_args, budget + 1, topk=1 if config.verifies_causally(budget) else None):
                 backend = model_runner._get_attention_backend(init_new_workspace=False)
                 runner = (DecodeCudaGraphRunner(model_runner, attn_backend=backend,
                                                 speculative_num_draft_tokens=budget + 1)
@@ -219,7 +221,7 @@ def _pinned(n: int) -> torch.Tensor:
 
 
 class _Pending:
-    __slots__ = ("bs", "budget", "start", "end", "next_start", "dev", "host", "scored", "followed", "round")
+    __slots__ = ("bs", "budget", "start", "end", "next_start", "dev", "host", "scored", "staged", "followed", "round")
 
     def __init__(self, num_buckets: int, device):
         self.start = torch.cuda.Event(enable_timing=True)
@@ -231,6 +233,7 @@ class _Pending:
         self.host = _pinned(num_buckets + 1)
         self.bs = self.budget = self.round = None
         self.scored = False  # the round carried a forecast (the largest bucket's tree scores)
+        self.staged = False  # the round copied numbers to ``host`` (a width-0 round has none to copy)
         # None until known; True: the next decode round began (next_start recorded); False: another forward
         # (prefill, idle) came between, so the round has no period
         self.followed: Optional[bool] = None
@@ -351,13 +354,21 @@ class AutoWidth:
         self._last = slot
         return slot
 
-    def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: torch.Tensor,
+    def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: Optional[torch.Tensor],
                chain_log_probs: Optional[torch.Tensor] = None) -> None:
         """After the round's last launch: stage its numbers for a later ``choose`` (two device ops and one async
         copy; a forecast round adds the per-bucket sums). ``full_tree_scores`` [bs, N_max] of the round's tree at
         the largest budget, or None; with a chain bucket, a forecast round also passes ``chain_log_probs``
-        [bs, D] float32, the top-1 log-probs of the chain's D positions."""
+        [bs, D] float32, the top-1 log-probs of the chain's D positions. ``accept_lens`` None: a width-0 round,
+        which accepts no drafts by construction and stages nothing (only its end event)."""
         slot.scored = full_tree_scores is not None
+        slot.staged = accept_lens is not None
+        if not slot.staged:
+            if slot.scored or slot.budget != 0:
+                raise ValueError(f"only a width-0 round finishes without accept lengths (budget {slot.budget})")
+            slot.end.record()
+            self._inflight.append(slot)
+            return
         nb = len(self.budgets)
         if full_tree_scores is not None:
             per_bucket = expected_drafts_at(full_tree_scores, self.budgets, index=self._budget_idx)  # [bs, nb]
@@ -407,6 +418,9 @@ class AutoWidth:
 
     def _read(self, slot: _Pending) -> None:
         """A finished round's accepted drafts and, for a forecast round, its expected drafts per bucket."""
+        if not slot.staged:  # width 0: no drafts, none accepted
+            metrics.AUTO_STATS.add(slot.budget, slot.bs)
+            return
         values = slot.host.tolist()
         nb = len(self.budgets)
         observed, predicted = values[nb] - slot.bs, values[self._index[slot.budget]]

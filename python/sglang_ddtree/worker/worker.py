@@ -3,7 +3,8 @@
 One decode round, batched over the running requests, without host syncs:
   DRAFT   one DFlash forward over [bonus, mask x (L-1)]; top-K tokens + log-probs of positions
           1..L-1 from the target's LM head (``draft_head``), inside the draft CUDA graph;
-  BUILD   the ``budget`` best-scoring prefixes as a tree, on the GPU (``tree_api``);
+  BUILD   the ``budget`` best-scoring prefixes as a tree, on the GPU (``tree_api``); a chain-shaped round (width 0,
+          budget auto's chain bucket) takes its constant structure instead (``chain_inputs``);
   VERIFY  budget + 1 tokens per request in one target forward with the ancestor-only mask
           (``DDTreeVerifyInput``; CUDA graphs captured with the mask, see ``hooks``);
   ACCEPT  walk from the root while the target's token at the node (its argmax, or at T > 0 one draw from
@@ -42,7 +43,8 @@ from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling, warmup
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit
-from sglang_ddtree.worker.tree_api import Tree, build_chain, build_tree, fill_root, verify_topology
+from sglang_ddtree.worker.chain_inputs import ChainInputs
+from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._widths = None  # --speculative-ddtree-budget auto: VerifyWidths + AutoWidth (init_cuda_graphs)
         self._auto = None
         self._draft_kv_graphs = None  # draft_kv_graph.DraftKVAppendGraphs (init_cuda_graphs), else the eager append
+        self._chains = None  # ChainInputs of width 0 and the chain bucket (made at the first chain-shaped round)
         if get_tp_group().rank_in_group == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -238,19 +241,33 @@ class DDTreeWorker(DFlashWorkerV2):
         host = self._host_seq_lens(batch, draft_input)
         forecast_scores = None  # auto: the largest bucket's tree scores [bs, N_max] (expected drafts per bucket)
         forecast_chain = None  # auto with the chain bucket: the top-1 log-probs [bs, D] (the chain's expected drafts)
-        if budget == 0:  # no drafting: the round is one target step on the root (the bonus token)
-            tree = Tree.make_dummy(bs, 0, self.device, max_depth=cfg.block_size - 1)
-        else:
+        # Width 0 (no drafting: the round is one target step on the root, the bonus token) and the chain bucket are
+        # chain-shaped: their structure is constant (chain_inputs), so they build no tree, no verify topology and
+        # move no KV. A causal one (fa3: its backend is built at top-K 1) needs no mask and no links.
+        chain_shaped = budget == 0 or is_chain(budget)
+        causal = cfg.verifies_causally(budget)
+        if budget:
             # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
             log_probs, token_ids = self._draft(batch, draft_input, bs, host)
-            # BUILD: Tree of [bs, N] rows (row 0 the root); the chain bucket's is the top-1 path.
-            tree = (build_chain(log_probs, token_ids, budget) if is_chain(budget)
-                    else build_tree(log_probs, token_ids, budget))
-            if pending is not None and self._auto.wants_forecast(budget):
-                forecast_scores = (tree if budget == cfg.budget else build_tree(log_probs, token_ids, cfg.budget)).scores
-                if cfg.chain:
-                    forecast_chain = log_probs[:, :cfg.max_depth, 0]
-        tokens = fill_root(tree, draft_input.bonus_tokens)  # [bs, N] int64, the bonus tokens as roots
+        if chain_shaped:
+            chains = self._chain_inputs()
+            tokens = chains.tokens(draft_input.bonus_tokens, token_ids[:, :int(budget), 0] if budget else None)
+            tree = chains.tree(tokens)  # [bs, N] rows, row d at depth d
+            positions = chains.positions(prefix, n)
+            mask = None if causal else chains.root_mask(bs, host.mask_sum_bound)  # causal, or width 0: all True
+            r_index, r_next, r_sibling = (None, None, None) if causal else chains.links(bs, n)
+        else:
+            # BUILD: Tree of [bs, N] rows (row 0 the root).
+            tree = build_tree(log_probs, token_ids, budget)
+            tokens = fill_root(tree, draft_input.bonus_tokens)  # [bs, N] int64, the bonus tokens as roots
+            # The FULL_MASK is sized by a host bound of sum(prefix); backends index it by the device lengths
+            # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
+            # [bs*N] int64, retrieve links [bs, N] int64.
+            mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound)
+        if budget and pending is not None and self._auto.wants_forecast(budget):
+            forecast_scores = (tree if budget == cfg.budget else build_tree(log_probs, token_ids, cfg.budget)).scores
+            if cfg.chain:
+                forecast_chain = log_probs[:, :cfg.max_depth, 0]
 
         # VERIFY: verify_loc [bs*N] int64 slots req_to_token[b, prefix .. prefix + N).
         verify_loc = assign_extend_cache_locs_func(
@@ -259,16 +276,12 @@ class DDTreeWorker(DFlashWorkerV2):
             draft_token_num=n, device=self.device,
         )
         verify_cpu, verify_sum = host.plus(n)
-        # The FULL_MASK is sized by a host bound of sum(prefix); backends index it by the device lengths
-        # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
-        # [bs*N] int64, retrieve links [bs, N] int64.
-        mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound)
         if self._fa3_tree_bits is None:
             self._fa3_tree_bits = self._decide_fa3_tree_bits()
         with self._widths.active(budget) if self._widths is not None else contextlib.nullcontext():
-            # the chain bucket verifies causally (its backend's top-K is 1): no ancestor bits
+            # a causal bucket (its backend's top-K is 1) verifies without ancestor bits
             tree_bits = (fa3_tree.round_tree_bits(tree, cfg, self.target_worker.model_runner.attn_backend)
-                         if self._fa3_tree_bits and not is_chain(budget) else None)
+                         if self._fa3_tree_bits and not causal else None)
             verify_input = DDTreeVerifyInput(
                 draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=cfg.topk,
                 custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,
@@ -294,9 +307,10 @@ class DDTreeWorker(DFlashWorkerV2):
         # A bucket of budget auto with fewer rows than W accepts at most N tokens; the commit pads its columns to W
         # in the same launch (pad_commit's eight PyTorch ops, ~0.4 ms of CPU a round at c 32, session 22's profile).
         c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
-        if self._move_kv is None:
-            self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
-        self._move_kv(c, width)
+        if not chain_shaped:  # a chain's accepted nodes were verified at their final slots (chain_inputs)
+            if self._move_kv is None:
+                self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
+            self._move_kv(c, width)
         if self._hybrid:  # COMMIT the last accepted node's conv + SSM state (N from this round's verify)
             if self._hybrid_commit is None:
                 self._hybrid_commit = hybrid.make_hybrid_commit(
@@ -317,8 +331,8 @@ class DDTreeWorker(DFlashWorkerV2):
                 cache_loc_2d=c.ctx_loc_2d, commit_lens=c.accept_lens,
             )
         logits_output.hidden_states = None  # keep it off the D2H copy
-        if pending is not None:
-            self._auto.finish(pending, forecast_scores, c.accept_lens, forecast_chain)
+        if pending is not None:  # width 0 accepts no drafts by construction: nothing to stage
+            self._auto.finish(pending, forecast_scores, c.accept_lens if budget else None, forecast_chain)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=c.out_tokens.view(-1),  # [bs*W], the first accept_lens[b] of each row valid
@@ -329,6 +343,16 @@ class DDTreeWorker(DFlashWorkerV2):
             new_seq_lens=new_seq_lens,
             extra_keep_alive_refs=[verify_fb, verify_input, verify_loc],
         )
+
+    def _chain_inputs(self) -> ChainInputs:
+        """The constant structure of this server's chain-shaped rounds (width 0, and the chain bucket where budget
+        auto holds it), sized for the largest running batch."""
+        if self._chains is None:
+            cfg = self.config
+            rows = [1] + [b + 1 for b in cfg.buckets if is_chain(b)]
+            self._chains = ChainInputs(rows, max_depth=cfg.block_size - 1, device=self.device,
+                                       batch_size=int(self.model_runner.max_running_requests))
+        return self._chains
 
     def _decide_fa3_tree_bits(self) -> bool:
         """Rounds write ancestor bits when verify graphs captured fa3's fused tree attention (they read the

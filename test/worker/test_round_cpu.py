@@ -1,0 +1,347 @@
+"""The worker's decode round (``DDTreeWorker._decode_round``, production code) on CPU, against a stand-in target
+and drafter: every round's output extends the target's own greedy sequence, token for token.
+
+What is real here: the round itself with its BUILD (tree rounds: ``build_tree``, ``verify_topology``; chain-shaped
+rounds: ``chain_inputs``), the verify input it hands the target, the ACCEPT + COMMIT (PyTorch path), the KV moves
+it asks for, the drafter's new context, the next round's state and budget auto's ``finish`` call. What stands in:
+  - the target's verify forward: it writes each verify row's token into a slot -> token "KV" at the row's
+    ``verify_loc`` slot, then gives each row the logits of a fixed function of (the committed tokens it reads
+    from that KV through req_to_token, the tokens of the rows it may attend, its position). Which rows a row may
+    attend comes from what the backend of the round reads: the ancestor bits when the round hands them over (fa3's
+    fused tree attention), else, on a backend built at top-K 1, causal attention (upstream's fa3 verify of a
+    chain), else the FULL_MASK; a position that disagrees with the row's depth fails the test;
+  - the KV mover applies the round's (target, source) pairs to that KV as the kernel does (live entries only);
+  - the drafter proposes top-K tokens per block position, the target's true continuation at a random rank or not
+    at all;
+  - budget auto's choice is a fixed script that changes the width from round to round (0, the chain and trees).
+So a chain-shaped round that left a KV row where the next round does not read it, a causal round whose backend
+would read a mask it was not given, a wrong position or a wrong drafter context all show up as a wrong token or
+a failed check. The GPU runs of the same paths are ``ddtree_parity.py`` (``bash scripts/device/issue13.sh chain``).
+"""
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from sglang_ddtree.config import ChainBucket, DDTreeConfig, is_chain
+
+VOCAB = 40
+MAXLEN = 256
+HIDDEN = 3  # the stand-in target's hidden row: (token, position, 1)
+
+
+class StandInTarget:
+    """The target's greedy choice after a context: a fixed random table of (last two tokens, position mod 5)."""
+
+    def __init__(self, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        self.table = torch.randint(VOCAB, (VOCAB, VOCAB, 5), generator=g)
+
+    def next_token(self, context) -> int:
+        return int(self.table[context[-1], context[-2] if len(context) > 1 else 0, len(context) % 5])
+
+    def rollout(self, prompt, steps):
+        seq = list(prompt)
+        for _ in range(steps):
+            seq.append(self.next_token(seq))
+        return seq
+
+
+class Harness:
+    """Requests, their slots and KV, and the stand-ins the worker's round calls."""
+
+    def __init__(self, config, *, bs, seed, fa3_bits=False, script=None, forecast_every=0):
+        from sglang_ddtree.worker import worker as worker_mod
+
+        self.config, self.bs, self.fa3_bits = config, bs, fa3_bits
+        self.g = torch.Generator().manual_seed(seed + 1)
+        self.target = StandInTarget(seed)
+        prompts = [torch.randint(VOCAB, (int(torch.randint(3, 9, (1,), generator=self.g)),), generator=self.g).tolist()
+                   for _ in range(bs)]
+        self.oracle = [self.target.rollout(p, 160) for p in prompts]
+        self.req_to_token = (torch.arange(bs * MAXLEN, dtype=torch.int32).view(bs, MAXLEN) + 1)  # slot 0: dummy
+        self.kv = torch.full((bs * MAXLEN + 1,), -1, dtype=torch.int64)
+        self.seq_lens = [len(p) for p in prompts]  # committed KV length = the root's position
+        for b, p in enumerate(prompts):
+            self.kv[self.req_to_token[b, :len(p)].long()] = torch.tensor(p)
+        self.bonus = [self.oracle[b][len(prompts[b])] for b in range(bs)]  # prefill's token, not yet in the KV
+        self.emitted = [[] for _ in range(bs)]
+        self.script, self.forecast_every = list(script or []), forecast_every
+        self.log = []  # per round: (budget, custom mask given, bits given, moved, finish accept_lens given)
+
+        w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
+        w.config, w.device, w._hybrid, w._chains = config, torch.device("cpu"), False, None
+        w._fa3_tree_bits, w._draft_kv_graphs, w._warned_host_sync = fa3_bits, None, False
+        self.backend = SimpleNamespace(topk=config.topk, name="own")
+        mr = SimpleNamespace(attn_backend=self.backend, max_running_requests=2,  # small: the chains grow on demand
+                             req_to_token_pool=SimpleNamespace(req_to_token=self.req_to_token))
+        w.model_runner, w._target_worker = mr, SimpleNamespace(model_runner=mr)
+        w._move_kv = self._move
+        w._draft = self._draft
+        w._verify = self._verify
+        w._append_target_hidden_to_draft_kv_by_loc = self._append
+        w._auto = _ScriptedAuto(self) if config.adaptive else None
+        w._widths = _Widths(config, mr) if config.adaptive else None
+        self.worker = w
+        self._round = None
+
+    # -- stand-ins --
+    def _draft(self, batch, draft_input, bs, host):
+        depth, k = self.config.block_size - 1, self.config.topk
+        lp = torch.randn(bs, depth, k, generator=self.g).log_softmax(-1).sort(-1, descending=True).values
+        ids = torch.empty(bs, depth, k, dtype=torch.int64)
+        for b in range(bs):
+            p = int(batch.seq_lens[b])
+            for j in range(depth):
+                perm = torch.randperm(VOCAB, generator=self.g)[:k]
+                truth = self.oracle[b][p + 1 + j]
+                perm = perm[perm != truth][:k - 1] if k > 1 else perm[:0]
+                u = float(torch.rand((), generator=self.g))
+                rank = 0 if u < 0.65 else (int(torch.randint(k, (1,), generator=self.g)) if u < 0.9 else None)
+                row = perm.tolist()
+                if rank is None:
+                    row = (row + [t for t in range(VOCAB) if t != truth and t not in row])[:k]
+                else:
+                    row.insert(rank, truth)
+                ids[b, j] = torch.tensor(row[:k])
+        self._round["top1"] = ids[:, :, 0].clone()
+        return lp, ids
+
+    def _verify(self, batch, vi, verify_loc, verify_cpu, verify_sum):
+        bs, n = len(batch.seq_lens), int(vi.draft_token_num)
+        tokens, positions, loc = vi.draft_token.view(bs, n), vi.positions.view(bs, n), verify_loc.view(bs, n)
+        backend = self.worker.target_worker.model_runner.attn_backend
+        causal = vi.tree_bits is None and vi.custom_mask is None
+        entry = self._round
+        entry["mask"], entry["bits"] = vi.custom_mask is not None, vi.tree_bits is not None
+        if causal:  # only a backend built at top-K 1 verifies without a mask (upstream's fa3 chain verify)
+            assert backend.topk == 1, "a round without mask or bits on a tree backend"
+        if self.fa3_bits and backend.topk > 1:
+            assert vi.tree_bits is not None, "fa3's fused tree attention reads bits"
+        if vi.tree_bits is not None:
+            from sglang_ddtree.worker.tree_attention import _unpack_bits
+
+            allowed = _unpack_bits(vi.tree_bits, n).view(bs, n, n)
+        elif not causal:
+            allowed = torch.zeros(bs, n, n, dtype=torch.bool)
+            off = 0
+            for b in range(bs):
+                p = int(batch.seq_lens[b])
+                rows = vi.custom_mask[off:off + n * (p + n)].view(n, p + n)
+                assert bool(rows[:, :p].all()), "every row sees the whole prefix"
+                allowed[b] = rows[:, p:]
+                off += n * (p + n)
+        else:
+            allowed = torch.ones(n, n, dtype=torch.bool).tril().expand(bs, n, n)
+        self.kv[loc.reshape(-1)] = tokens.reshape(-1)  # the verify writes every row's KV at its slot
+        logits = torch.randn(bs * n, VOCAB, generator=self.g)
+        hidden = torch.zeros(bs * n, HIDDEN)
+        for b in range(bs):
+            p = int(batch.seq_lens[b])
+            committed = self.kv[self.req_to_token[b, :p].long()].tolist()
+            assert -1 not in committed
+            for i in range(n):
+                path = [j for j in range(n) if bool(allowed[b, i, j])]
+                assert path and path[-1] == i, "a row attends itself"
+                assert int(positions[b, i]) == p + len(path) - 1, "position = prefix + depth"
+                context = committed + [int(self.kv[int(loc[b, j])]) for j in path]
+                logits[b * n + i, self.target.next_token(context)] += 50.0
+                hidden[b * n + i] = torch.tensor([float(tokens[b, i]), float(positions[b, i]), 1.0])
+        out = SimpleNamespace(next_token_logits=logits, hidden_states=hidden)
+        return out, SimpleNamespace(), True
+
+    def _move(self, c, width):
+        self._round["moved"] = True
+        bs = c.accept_lens.shape[0]
+        tgt, src = c.kv_tgt.view(bs, width), c.kv_src.view(bs, width)
+        for b in range(bs):
+            live = [d for d in range(int(c.accept_lens[b])) if int(tgt[b, d]) != int(src[b, d])]
+            vals = [int(self.kv[int(src[b, d])]) for d in live]  # all loads before any store, as the kernel
+            for d, v in zip(live, vals):
+                self.kv[int(tgt[b, d])] = v
+
+    def _append(self, target_hidden, cache_loc, positions, cache_loc_2d, commit_lens):
+        bs = commit_lens.shape[0]
+        width = cache_loc_2d.shape[1]
+        rows = target_hidden.view(bs, width, HIDDEN)
+        for b in range(bs):
+            p = self.seq_lens[b]
+            for d in range(int(commit_lens[b])):  # the drafter's context: the accepted path's target rows
+                assert int(rows[b, d, 0]) == self.oracle[b][p + d] and int(rows[b, d, 1]) == p + d
+                assert int(positions.view(bs, width)[b, d]) == p + d
+                assert int(cache_loc_2d[b, d]) == int(self.req_to_token[b, p + d])
+
+    # -- one round --
+    def run_round(self):
+        from sglang_ddtree.worker.info import make_draft_input
+
+        bs = self.bs
+        seq = torch.tensor(self.seq_lens, dtype=torch.int64)
+        batch = SimpleNamespace(
+            seq_lens=seq, seq_lens_cpu=seq.clone(), seq_lens_sum=int(seq.sum()),
+            req_pool_indices=torch.arange(bs, dtype=torch.int64),
+            spec_info=make_draft_input(torch.tensor(self.bonus, dtype=torch.int64), seq),
+            sampling_info=SimpleNamespace(is_all_greedy=True, acc_additive_penalties=None,
+                                          acc_scaling_penalties=None, logit_bias=None),
+        )
+        self._round = {"moved": False}
+        result = self.worker._decode_round(batch, None)
+        width = self.config.accept_width
+        out = result.next_token_ids.view(bs, width)
+        for b in range(bs):
+            a = int(result.accept_lens[b])
+            new = out[b, :a].tolist()
+            p = self.seq_lens[b]
+            # the round commits the root (the previous bonus) and the accepted drafts; emits drafts + new bonus
+            assert self.bonus[b] == self.oracle[b][p]
+            assert new == self.oracle[b][p + 1:p + 1 + a], (b, new)
+            budget = self._round.get("budget", self.config.budget)
+            if is_chain(budget):  # the chain accepts exactly the leading top-1 drafts the target agrees with
+                top1, agree = self._round["top1"][b].tolist(), 0
+                while agree < int(budget) and top1[agree] == self.oracle[b][p + 1 + agree]:
+                    agree += 1
+                assert a == agree + 1, (b, a, agree)
+            elif budget == 0:
+                assert a == 1
+            self.emitted[b] += new
+            self.seq_lens[b] = p + a
+            self.bonus[b] = int(result.next_draft_input.bonus_tokens[b])
+            assert self.bonus[b] == new[-1]
+            committed = self.kv[self.req_to_token[b, :p + a].long()].tolist()
+            assert committed == self.oracle[b][:p + a], "the committed KV is the target's own sequence"
+        assert result.new_seq_lens.tolist() == self.seq_lens
+        return self._round
+
+
+class _Widths:
+    """``widths.VerifyWidths.active`` without the GPU: each bucket's backend, built at top-K 1 where the bucket
+    verifies causally (as ``VerifyWidths`` builds it; ``test_chain_bucket`` checks that)."""
+
+    def __init__(self, config, mr):
+        self.mr = mr
+        self.sets = {b: SimpleNamespace(topk=1 if config.verifies_causally(b) else config.topk, name=str(b))
+                     for b in config.buckets}
+
+    @contextlib.contextmanager
+    def active(self, budget):
+        saved = self.mr.attn_backend
+        self.mr.attn_backend = self.sets[budget]
+        try:
+            yield self.sets[budget]
+        finally:
+            self.mr.attn_backend = saved
+
+
+class _ScriptedAuto:
+    """``widths.AutoWidth``'s round-facing calls: a scripted choice, forecasts every ``forecast_every``-th drafting
+    round, and ``finish`` checked for what it is handed."""
+
+    def __init__(self, harness):
+        self.h, self.drafting = harness, 0
+
+    def choose(self, bs):
+        b = self.h.script.pop(0)
+        self.h._round["budget"] = b
+        return b
+
+    def begin(self, bs, budget):
+        return SimpleNamespace(bs=bs, budget=budget)
+
+    def wants_forecast(self, budget):
+        assert budget != 0
+        self.drafting += 1
+        return bool(self.h.forecast_every) and self.drafting % self.h.forecast_every == 0
+
+    def finish(self, slot, scores, accept_lens, chain_lp):
+        cfg = self.h.config
+        self.h._round["finish"] = (scores is not None, accept_lens is not None, chain_lp is not None)
+        if slot.budget == 0:
+            assert scores is None and accept_lens is None and chain_lp is None
+        else:
+            assert accept_lens.shape == (slot.bs,)
+        if scores is not None:
+            assert scores.shape == (slot.bs, cfg.budget + 1) and (chain_lp is not None) == cfg.chain
+            if chain_lp is not None:
+                assert chain_lp.shape == (slot.bs, cfg.max_depth)
+
+
+@pytest.fixture
+def cpu_round(monkeypatch):
+    from sglang_ddtree.worker import worker as worker_mod
+
+    def assign(req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num, device):
+        cols = start_offset.view(-1, 1) + torch.arange(draft_token_num)
+        return req_to_token[req_pool_indices.view(-1, 1), cols].reshape(-1).to(torch.int64)
+
+    monkeypatch.setattr(worker_mod, "assign_extend_cache_locs_func", assign)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None, raising=False)
+    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(rank_in_group=0, world_size=1))
+    return Harness
+
+
+def _cycle(buckets, rounds, seed):
+    """A script over every bucket, with repeats and every width change, the chain and width 0 among them."""
+    g = torch.Generator().manual_seed(seed)
+    out = list(buckets) + list(reversed(buckets))
+    while len(out) < rounds:
+        out.append(buckets[int(torch.randint(len(buckets), (1,), generator=g))])
+    return out[:rounds]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_budget_auto_on_fa3_with_the_chain_is_the_targets_greedy_sequence(cpu_round, seed):
+    """fa3 with the chain: width 0 and the chain verify causally (no mask, no bits, no links), trees with bits."""
+    config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=True)
+    assert config.buckets == (0, 1, 3, ChainBucket(7), 7, 15)
+    h = cpu_round(config, bs=5, seed=seed, fa3_bits=True, script=_cycle(config.buckets, 24, seed), forecast_every=3)
+    for _ in range(24):
+        budget = h.script[0]
+        r = h.run_round()
+        shaped = budget == 0 or is_chain(budget)
+        assert r["moved"] is (not shaped), r  # a chain's nodes already sit in their final slots
+        assert r["mask"] is r["bits"] is (not shaped), r  # a tree round's mask is built (fa3 reads its bits)
+        assert r["finish"][1] is (budget != 0)
+    assert all(len(e) >= 24 for e in h.emitted)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_budget_auto_with_a_mask_is_the_targets_greedy_sequence(cpu_round, seed):
+    """Trees only (triton / flashinfer): width 0 is chain-shaped but verifies through its all-True mask."""
+    config = DDTreeConfig(budget=15, topk=3, block_size=6, adaptive=True)
+    h = cpu_round(config, bs=4, seed=seed, script=_cycle(config.buckets, 20, seed), forecast_every=2)
+    for _ in range(20):
+        budget = h.script[0]
+        r = h.run_round()
+        assert r["mask"] is True and r["bits"] is False
+        assert r["moved"] is (budget != 0)
+
+
+def test_width_0_on_fa3_trees_only_keeps_its_bits(cpu_round):
+    """fa3 without the chain (``SGLANG_DDTREE_AUTO_CHAIN=0``, or a hybrid target): width 0 is chain-shaped but its
+    backend is a tree backend, so it hands over ancestor bits."""
+    config = DDTreeConfig(budget=7, topk=2, block_size=5, adaptive=True)
+    h = cpu_round(config, bs=3, seed=7, fa3_bits=True, script=[0, 7, 0, 0, 3, 0, 1, 0])
+    for _ in range(8):
+        budget = h.script[0]
+        r = h.run_round()
+        assert r["bits"] is True and r["moved"] is (budget != 0)
+
+
+@pytest.mark.parametrize("budget,topk", [(15, 4), (6, 2)])
+def test_a_fixed_budget_is_the_targets_greedy_sequence(cpu_round, budget, topk):
+    config = DDTreeConfig(budget=budget, topk=topk, block_size=8)
+    h = cpu_round(config, bs=3, seed=budget)
+    for _ in range(12):
+        r = h.run_round()
+        assert r["moved"] and r["mask"]
+
+
+def test_the_chain_inputs_grow_past_the_first_batch(cpu_round):
+    """The constants are sized for ``max_running_requests`` (2 here) and grow for a larger batch."""
+    config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=True)
+    h = cpu_round(config, bs=7, seed=3, fa3_bits=True, script=[0, ChainBucket(7), 0, ChainBucket(7), 15])
+    for _ in range(5):
+        h.run_round()
+    assert h.worker._chains.capacity >= 7
