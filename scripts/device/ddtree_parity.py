@@ -129,6 +129,14 @@ CONFIGS = {
     "dd_fa3_auto_chain_nograph": ddtree("auto", 8, backend="fa3", disable_cuda_graph=True,
                                         _test_hooks=dict(pin_budget=ChainBucket(7))),
     "dd_fa3_auto": ddtree("auto", 8, backend="fa3"),
+    # budget auto pinned to width 0 every round (session 31's chain-shaped rounds: no build, no topology, no KV move):
+    # on fa3 beside the chain it verifies causally at top-K 1 (no mask, no bits), on triton through its all-True mask
+    "dd_fa3_auto_w0": ddtree("auto", 8, backend="fa3", _test_hooks=dict(pin_budget=0)),
+    "dd_fa3_auto_w0_nograph": ddtree("auto", 8, backend="fa3", disable_cuda_graph=True,
+                                     _test_hooks=dict(pin_budget=0)),
+    "dd_fa3_auto_w0_nooverlap": ddtree("auto", 8, backend="fa3", disable_overlap_schedule=True,
+                                       _test_hooks=dict(pin_budget=0)),
+    "dd_triton_auto_w0": ddtree("auto", 8, _test_hooks=dict(pin_budget=0)),
     # tensor parallelism (2 GPUs): the draft top-K head merges per-rank vocab shards (draft_head.py)
     "plain_triton_tp2": dict(attention_backend="triton", tp_size=2),
     "dd_triton_b15_tp2": ddtree(15, 4, tp_size=2),

@@ -25,6 +25,12 @@
 #                                             # entry), then sharp parity on fa3 with it (fa3 staged)
 #     bash scripts/device/issue13.sh chain    # budget auto's chain bucket on fa3: sharp parity pinned to it and in the
 #                                             # bucket cycle, then the 8B shape with and without it (fa3 staged)
+#     bash scripts/device/issue13.sh lean     # session 31's chain-shaped rounds (width 0 and the chain take constant
+#                                             # structure, no KV move; width 0 causal beside the chain on fa3): the
+#                                             # warm-up's GPU test, sharp parity on fa3 (width 0 and the chain pinned,
+#                                             # graphs / no graphs / no overlap, the bucket cycle with the compile
+#                                             # watch) and on triton (width 0 pinned, the cycle), LEAN_SAMPLING=1 adds
+#                                             # T > 0 on fa3 with the cycle (fa3 staged)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
@@ -96,6 +102,16 @@ case "${1:-}" in
     python3 benchmark/auto_log_rounds.py "$OUT"/logs/*.log --json "$OUT/auto_rounds.json" 2>&1 | cut -c1-240 | tail -n 30
     (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)
     ls -la "$OUT"
+    ;;
+  lean)
+    # session 31 (chain-shaped rounds): every parity config the change touches, fa3 and triton in parallel engines
+    # (fa3 staged; carry [".device/env.sh", ".fa3/sha.txt"] on a machine the bundle was unpacked on)
+    LIM=${CMD_TIMEOUT_S:-540}
+    CMD_TIMEOUT_S=$LIM exec bash $PAR \
+      "unit=$PYT test/worker/test_warmup_gpu.py test/tree/test_gpu.py" \
+      "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs ${LEAN_FA3:-sharp:plain_fa3,sharp:dd_fa3_auto_w0,sharp:dd_fa3_auto_chain,sharp:dd_fa3_auto_cycle_compiles,sharp:dd_fa3_auto_w0_nograph,sharp:dd_fa3_auto_w0_nooverlap,sharp:dd_fa3_auto_chain_nooverlap} --deadline-s $(( LIM - 30 ))" \
+      "parity_triton=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${LEAN_TRITON:-sharp:plain_triton,sharp:dd_triton_auto_w0,sharp:dd_triton_auto_cycle_compiles,sharp:dd_triton_b15} --deadline-s $(( LIM - 30 ))" \
+      ${LEAN_SAMPLING:+"sampling=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"}
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
