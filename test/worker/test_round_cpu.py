@@ -52,10 +52,10 @@ class StandInTarget:
 class Harness:
     """Requests, their slots and KV, and the stand-ins the worker's round calls."""
 
-    def __init__(self, config, *, bs, seed, fa3_bits=False, script=None, forecast_every=0):
+    def __init__(self, config, *, bs, seed, fa3_bits=False, script=None, forecast_every=0, temperature=0.0):
         from sglang_ddtree.worker import worker as worker_mod
 
-        self.config, self.bs, self.fa3_bits = config, bs, fa3_bits
+        self.config, self.bs, self.fa3_bits, self.temperature = config, bs, fa3_bits, temperature
         self.g = torch.Generator().manual_seed(seed + 1)
         self.target = StandInTarget(seed)
         prompts = [torch.randint(VOCAB, (int(torch.randint(3, 9, (1,), generator=self.g)),), generator=self.g).tolist()
@@ -183,8 +183,10 @@ class Harness:
             seq_lens=seq, seq_lens_cpu=seq.clone(), seq_lens_sum=int(seq.sum()),
             req_pool_indices=torch.arange(bs, dtype=torch.int64),
             spec_info=make_draft_input(torch.tensor(self.bonus, dtype=torch.int64), seq),
-            sampling_info=SimpleNamespace(is_all_greedy=True, acc_additive_penalties=None,
-                                          acc_scaling_penalties=None, logit_bias=None),
+            sampling_info=SimpleNamespace(
+                is_all_greedy=self.temperature == 0.0, acc_additive_penalties=None, acc_scaling_penalties=None,
+                logit_bias=None, temperatures=torch.full((bs, 1), max(self.temperature, 1e-6)),
+                need_top_p_sampling=False, need_top_k_sampling=False),
         )
         self._round = {"moved": False}
         result = self.worker._decode_round(batch, None)
@@ -277,7 +279,10 @@ def cpu_round(monkeypatch):
 
     monkeypatch.setattr(worker_mod, "assign_extend_cache_locs_func", assign)
     monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None, raising=False)
-    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: SimpleNamespace(rank_in_group=0, world_size=1))
+    from sglang_ddtree.worker import sampling
+
+    for mod in (worker_mod, sampling):
+        monkeypatch.setattr(mod, "get_tp_group", lambda: SimpleNamespace(rank_in_group=0, world_size=1))
     return Harness
 
 
@@ -336,6 +341,31 @@ def test_a_fixed_budget_is_the_targets_greedy_sequence(cpu_round, budget, topk):
     for _ in range(12):
         r = h.run_round()
         assert r["moved"] and r["mask"]
+
+
+def test_t_above_0_takes_the_same_rounds(cpu_round, monkeypatch):
+    """At T > 0 the round draws one token per node (``sampling.node_samples``) and the same walk accepts the draws.
+    The stand-in target puts all but ~e^-50 of its mass on one token at every row, so the draws are its greedy
+    choices and the output is its greedy sequence through width 0, the chain and trees alike; what this checks is
+    the plumbing of the draws into chain-shaped rounds (the distribution tests are the GPU's)."""
+    import sys
+    import types
+
+    def unused(*args, **kwargs):
+        raise AssertionError("no request filters by top-p / top-k here")
+
+    # sampling imports the renorm kernels by name; no request here uses them (CPU: no sgl_kernel)
+    monkeypatch.setitem(sys.modules, "sgl_kernel", types.SimpleNamespace(top_k_renorm_prob=unused,
+                                                                         top_p_renorm_prob=unused))
+    config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=True)
+    from sglang_ddtree.worker import sampling
+
+    draws, real = [], sampling.node_samples
+    monkeypatch.setattr(sampling, "node_samples", lambda *a: draws.append(1) or real(*a))
+    h = cpu_round(config, bs=4, seed=11, fa3_bits=True, script=_cycle(config.buckets, 16, 11), temperature=1.0)
+    for _ in range(16):
+        h.run_round()
+    assert len(draws) == 16
 
 
 def test_the_chain_inputs_grow_past_the_first_batch(cpu_round):
