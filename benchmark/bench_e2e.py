@@ -102,8 +102,8 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
             kw["attention_backend"] = mod
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
-        elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and mod not in TEST_PLUGIN_MODIFIERS:
-            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + sorted(TEST_PLUGIN_MODIFIERS)
+        elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and test_plugin_hooks(mod) is None:
+            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + ["pin<bucket>"]
                      + list(ATTENTION_BACKENDS))
             raise ValueError(f"unknown config modifier {mod!r}: use one of {known}")
     if spec == "plain":
@@ -168,9 +168,24 @@ ENV_MODIFIERS = {
     "nochain": {"SGLANG_DDTREE_AUTO_CHAIN": "0"},  # budget auto: tree buckets only (before session 30)
 }
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
-# they ask for. pin0: budget auto verifies bucket 0 (no drafting) every round, so a profile shows a width-0 round's
-# cost against plain decoding's step.
-TEST_PLUGIN_MODIFIERS = {"pin0": dict(pin_budget=0)}
+# they ask for. pin<bucket> (pin0, pin15, pinchain15, ...: ``config.parse_bucket``'s names): budget auto verifies that
+# bucket every round, so a profile shows its round alone (pin0: a width-0 round against plain decoding's step;
+# pinchain15: the chain's round against DFLASH's).
+TEST_PLUGIN_MODIFIERS = {"pin0": dict(pin_budget=0)}  # the documented example; every pin<bucket> is one
+
+
+def test_plugin_hooks(mod: str):
+    """The test plugin's hooks a config modifier asks for (``TEST_PLUGIN_MODIFIERS``, ``pin<bucket>``), or None."""
+    if mod in TEST_PLUGIN_MODIFIERS:
+        return TEST_PLUGIN_MODIFIERS[mod]
+    if mod.startswith("pin"):
+        from sglang_ddtree.config import parse_bucket
+
+        try:
+            return dict(pin_budget=parse_bucket(mod[len("pin"):]))
+        except ValueError:
+            return None
+    return None
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_PLUGIN_DIR = os.path.join(_ROOT, "test", "_test_plugin")  # == _test_plugin_env.PLUGIN_DIR
 
@@ -203,8 +218,9 @@ def engine_env(spec: str) -> dict:
     env = {}
     for mod in spec.split("+")[1:]:
         env.update(ENV_MODIFIERS.get(mod, {}))
-        if mod in TEST_PLUGIN_MODIFIERS:  # its variables and PYTHONPATH (a child process, bench_paired, needs it)
-            env.update(_test_plugin_env().plugin_env(**TEST_PLUGIN_MODIFIERS[mod]))
+        hooks = test_plugin_hooks(mod)
+        if hooks is not None:  # its variables and PYTHONPATH (a child process, bench_paired, needs it)
+            env.update(_test_plugin_env().plugin_env(**hooks))
     return env
 
 
@@ -214,7 +230,7 @@ def engine_environment(spec: str):
     scheduler copies this process's sys.path, not PYTHONPATH, so a test-plugin modifier puts the plugin there)."""
     env = engine_env(spec)
     saved = {k: os.environ.get(k) for k in env}
-    if any(mod in TEST_PLUGIN_MODIFIERS for mod in spec.split("+")[1:]):
+    if any(test_plugin_hooks(mod) is not None for mod in spec.split("+")[1:]):
         _test_plugin_env().add_plugin_path()
     os.environ.update(env)
     try:

@@ -43,6 +43,11 @@ def test_environment_modifiers(monkeypatch):
     pinned = bench_e2e.engine_env("ddtree:auto:8+fa3+pin0")  # the test plugin's variable, and its folder on the path
     assert pinned["DDTREE_TEST_PIN_BUDGET"] == "0"
     assert pinned["PYTHONPATH"].split(os.pathsep)[0] == bench_e2e.TEST_PLUGIN_DIR
+    # any bucket by its printed name: the chain's round alone, a tree's
+    assert bench_e2e.engine_env("ddtree:auto:8+fa3+pinchain15")["DDTREE_TEST_PIN_BUDGET"] == "chain15"
+    assert bench_e2e.engine_env("ddtree:auto:8+fa3+pin31")["DDTREE_TEST_PIN_BUDGET"] == "31"
+    with pytest.raises(ValueError, match="unknown config modifier 'pinx'.*pin<bucket>"):
+        bench_e2e.engine_kwargs("ddtree:auto:8+fa3+pinx", "D", "triton")
     assert os.path.isdir(os.path.join(bench_e2e.TEST_PLUGIN_DIR, "ddtree_test_hooks"))
     from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV
 
