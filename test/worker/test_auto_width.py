@@ -218,3 +218,38 @@ def test_agree_needs_a_positive_share_interval():
     with pytest.raises(ValueError, match="share_every must be >= 1"):
         widths.AutoWidth(DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), [1], max_batch_size=1,
                          device="cpu", agree=lambda v: v, share_every=0)
+
+
+def test_a_width_0_round_stages_nothing_and_counts_no_drafts(auto):
+    """The worker finishes a width-0 round without accept lengths (it accepts no drafts by construction): no device
+    sum or copy, its period still measured, the interval statistics count its rounds with no drafts."""
+    for _ in range(4):
+        slot = auto.begin(8, 0)
+        _Clock.now += 1.0
+        auto.finish(slot, None, None)
+        assert not slot.staged
+        _Clock.now += 1.0
+    _Clock.done_until = _Clock.now
+    auto.choose(8)
+    assert auto.costs.cost(8, 0) == pytest.approx(2.0)
+    assert metrics.AUTO_STATS.rounds_by_budget[0] == 3 and metrics.AUTO_STATS.budget_request_rounds == 0
+    with pytest.raises(ValueError, match="only a width-0 round"):
+        auto.finish(auto.begin(8, 15), None, None)
+
+
+def test_calibration_adds_the_tree_build_to_tree_buckets_only(monkeypatch):
+    """Start-up seeds: verify replay, plus the draft replay for every drafting bucket, plus the tree builds for a
+    tree bucket; the chain's round builds no tree (``chain_inputs``)."""
+    from sglang_ddtree.config import ChainBucket
+
+    monkeypatch.setattr(widths.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(widths, "_pinned", lambda n: torch.zeros(n, dtype=torch.float32))
+    monkeypatch.setattr(widths, "replay_ms", lambda graph: graph)  # a graph stands in as its milliseconds
+    monkeypatch.delenv(widths.ACCEPT_TABLE_ENV, raising=False)
+    config = DDTreeConfig(budget=15, topk=8, block_size=16, adaptive=True, chain=True)
+    auto = widths.AutoWidth(config, [8], max_batch_size=8, device="cpu")
+    c15 = ChainBucket(15)
+    auto.calibrate({0: {8: 1.0}, c15: {8: 2.0}, 15: {8: 2.0}}, {8: 0.5}, {8: 0.25})
+    assert auto.costs.cost(8, 0) == pytest.approx(1.0)
+    assert auto.costs.cost(8, c15) == pytest.approx(2.5)
+    assert auto.costs.cost(8, 15) == pytest.approx(2.75)
