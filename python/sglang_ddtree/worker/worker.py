@@ -239,23 +239,31 @@ class DDTreeWorker(DFlashWorkerV2):
         n, width = budget + 1, cfg.accept_width  # N = budget + 1, W = max depth + 1 (static, of the largest)
 
         host = self._host_seq_lens(batch, draft_input)
-        forecast_scores = None  # auto: the largest bucket's tree scores [bs, N_max] (expected drafts per bucket)
-        forecast_chain = None  # auto with the chain bucket: the top-1 log-probs [bs, D] (the chain's expected drafts)
         # Width 0 (no drafting: the round is one target step on the root, the bonus token) and the chain bucket are
         # chain-shaped: their structure is constant (chain_inputs), so they build no tree, no verify topology and
         # move no KV. A causal one (fa3: its backend is built at top-K 1) needs no mask and no links.
         chain_shaped = budget == 0 or is_chain(budget)
         causal = cfg.verifies_causally(budget)
+        # What depends on the prefix alone comes before the draft's launch: the host's work between the draft's launch
+        # and the verify's is time the GPU waits once the draft is done (the idle gap of session 27's profiles).
+        # VERIFY slots: verify_loc [bs*N] int64, req_to_token[b, prefix .. prefix + N).
+        verify_loc = assign_extend_cache_locs_func(
+            req_pool_indices=batch.req_pool_indices, req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+            start_offset=prefix, end_offset=prefix + n, batch_size=bs,
+            draft_token_num=n, device=self.device,
+        )
+        verify_cpu, verify_sum = host.plus(n)
+        if chain_shaped:
+            chains = self._chain_inputs()
+            positions = chains.positions(prefix, n)
+            mask = None if causal else chains.root_mask(bs, host.mask_sum_bound)  # causal, or width 0: all True
+            r_index, r_next, r_sibling = (None, None, None) if causal else chains.links(bs, n)
         if budget:
             # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
             log_probs, token_ids = self._draft(batch, draft_input, bs, host)
         if chain_shaped:
-            chains = self._chain_inputs()
             tokens = chains.tokens(draft_input.bonus_tokens, token_ids[:, :int(budget), 0] if budget else None)
             tree = chains.tree(tokens)  # [bs, N] rows, row d at depth d
-            positions = chains.positions(prefix, n)
-            mask = None if causal else chains.root_mask(bs, host.mask_sum_bound)  # causal, or width 0: all True
-            r_index, r_next, r_sibling = (None, None, None) if causal else chains.links(bs, n)
         else:
             # BUILD: Tree of [bs, N] rows (row 0 the root).
             tree = build_tree(log_probs, token_ids, budget)
@@ -264,18 +272,7 @@ class DDTreeWorker(DFlashWorkerV2):
             # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
             # [bs*N] int64, retrieve links [bs, N] int64.
             mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound)
-        if budget and pending is not None and self._auto.wants_forecast(budget):
-            forecast_scores = (tree if budget == cfg.budget else build_tree(log_probs, token_ids, cfg.budget)).scores
-            if cfg.chain:
-                forecast_chain = log_probs[:, :cfg.max_depth, 0]
 
-        # VERIFY: verify_loc [bs*N] int64 slots req_to_token[b, prefix .. prefix + N).
-        verify_loc = assign_extend_cache_locs_func(
-            req_pool_indices=batch.req_pool_indices, req_to_token=self.model_runner.req_to_token_pool.req_to_token,
-            start_offset=prefix, end_offset=prefix + n, batch_size=bs,
-            draft_token_num=n, device=self.device,
-        )
-        verify_cpu, verify_sum = host.plus(n)
         if self._fa3_tree_bits is None:
             self._fa3_tree_bits = self._decide_fa3_tree_bits()
         with self._widths.active(budget) if self._widths is not None else contextlib.nullcontext():
@@ -295,6 +292,13 @@ class DDTreeWorker(DFlashWorkerV2):
             # the backend that verified (with budget auto, this width's): it holds the verify's forward metadata,
             # which the hybrid COMMIT reads (its requests' mamba slots)
             verify_backend = self.target_worker.model_runner.attn_backend
+        # Budget auto's forecast, after the verify's launch (it reads only the draft's outputs): the largest bucket's
+        # tree scores [bs, N_max] (expected drafts per bucket) and, with the chain bucket, the top-1 log-probs [bs, D]
+        forecast_scores = forecast_chain = None
+        if budget and pending is not None and self._auto.wants_forecast(budget):
+            forecast_scores = (tree if budget == cfg.budget else build_tree(log_probs, token_ids, cfg.budget)).scores
+            if cfg.chain:
+                forecast_chain = log_probs[:, :cfg.max_depth, 0]
 
         # ACCEPT + COMMIT: RoundCommit of [bs, W] / [bs*W] rows (kv_commit), accept_lens 1..W.
         verify_loc_2d = verify_loc.view(bs, n)
