@@ -135,6 +135,25 @@ class Harness:
                 off += n * (p + n)
         else:
             allowed = torch.ones(n, n, dtype=torch.bool).tril().expand(bs, n, n)
+        if vi.retrieve_index is not None:  # the links upstream's hybrid kernels derive parents from: the same tree
+            assert vi.retrieve_index.view(bs, n).tolist() == [[b * n + i for i in range(n)] for b in range(bs)]
+            for b in range(bs):
+                nxt, sib = vi.retrieve_next_token[b].tolist(), vi.retrieve_next_sibling[b].tolist()
+                parent = [-1] * n
+                for i in range(n):  # rows in order: parent row < child row, siblings chained upwards
+                    if nxt[i] >= 0:
+                        parent[nxt[i]] = i
+                    if sib[i] >= 0:
+                        parent[sib[i]] = parent[i]
+                for i in range(n):
+                    path, cur = set(), i
+                    while cur >= 0 and cur not in path:  # a cycle (bad links) stops here and fails below
+                        path.add(cur)
+                        cur = parent[cur]
+                    assert cur < 0, ("the links make a cycle", b, i)
+                    assert path == {j for j in range(n) if bool(allowed[b, i, j])}, (b, i)
+        else:
+            assert causal, "only a causal round goes without links"
         self.kv[loc.reshape(-1)] = tokens.reshape(-1)  # the verify writes every row's KV at its slot
         logits = torch.randn(bs * n, VOCAB, generator=self.g)
         hidden = torch.zeros(bs * n, HIDDEN)
