@@ -69,13 +69,11 @@ class Harness:
         self.bonus = [self.oracle[b][len(prompts[b])] for b in range(bs)]  # prefill's token, not yet in the KV
         self.emitted = [[] for _ in range(bs)]
         self.script, self.forecast_every = list(script or []), forecast_every
-        self.log = []  # per round: (budget, custom mask given, bits given, moved, finish accept_lens given)
 
         w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
         w.config, w.device, w._hybrid, w._chains = config, torch.device("cpu"), False, None
         w._fa3_tree_bits, w._draft_kv_graphs, w._warned_host_sync = fa3_bits, None, False
-        self.backend = SimpleNamespace(topk=config.topk, name="own")
-        mr = SimpleNamespace(attn_backend=self.backend, max_running_requests=2,  # small: the chains grow on demand
+        mr = SimpleNamespace(attn_backend=SimpleNamespace(topk=config.topk), max_running_requests=2,  # small: the chains grow on demand
                              req_to_token_pool=SimpleNamespace(req_to_token=self.req_to_token))
         w.model_runner, w._target_worker = mr, SimpleNamespace(model_runner=mr)
         w._move_kv = self._move
