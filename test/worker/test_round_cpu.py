@@ -291,7 +291,7 @@ def cpu_round(monkeypatch):
     from sglang_ddtree.worker import worker as worker_mod
 
     def assign(req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num, device):
-        cols = start_offset.view(-1, 1) + torch.arange(draft_token_num)
+        cols = start_offset.view(-1, 1) + torch.arange(draft_token_num, device=start_offset.device)
         return req_to_token[req_pool_indices.view(-1, 1), cols].reshape(-1).to(torch.int64)
 
     monkeypatch.setattr(worker_mod, "assign_extend_cache_locs_func", assign)
@@ -360,20 +360,25 @@ def test_a_fixed_budget_is_the_targets_greedy_sequence(cpu_round, budget, topk):
         assert r["moved"] and r["mask"]
 
 
+def _no_renorm_kernels():
+    """``sampling`` imports sgl_kernel's renorm kernels by name (CPU: no sgl_kernel); no request here filters by
+    top-p / top-k, so calling one fails."""
+    import types
+
+    def unused(*args, **kwargs):
+        raise AssertionError("no request filters by top-p / top-k here")
+
+    return types.SimpleNamespace(top_k_renorm_prob=unused, top_p_renorm_prob=unused)
+
+
 def test_t_above_0_takes_the_same_rounds(cpu_round, monkeypatch):
     """At T > 0 the round draws one token per node (``sampling.node_samples``) and the same walk accepts the draws.
     The stand-in target puts all but ~e^-50 of its mass on one token at every row, so the draws are its greedy
     choices and the output is its greedy sequence through width 0, the chain and trees alike; what this checks is
     the plumbing of the draws into chain-shaped rounds (the distribution tests are the GPU's)."""
     import sys
-    import types
 
-    def unused(*args, **kwargs):
-        raise AssertionError("no request filters by top-p / top-k here")
-
-    # sampling imports the renorm kernels by name; no request here uses them (CPU: no sgl_kernel)
-    monkeypatch.setitem(sys.modules, "sgl_kernel", types.SimpleNamespace(top_k_renorm_prob=unused,
-                                                                         top_p_renorm_prob=unused))
+    monkeypatch.setitem(sys.modules, "sgl_kernel", _no_renorm_kernels())
     config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=True)
     from sglang_ddtree.worker import sampling
 
@@ -392,3 +397,74 @@ def test_the_chain_inputs_grow_past_the_first_batch(cpu_round):
     for _ in range(5):
         h.run_round()
     assert h.worker._chains.capacity >= 7
+
+
+@pytest.mark.parametrize("chain", [True, False])
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy):
+    """No host sync: the round runs with every device tensor on the ``meta`` device, which holds no values, so any
+    read of one on the host (``.item()``, ``.tolist()``, ``int()``, a data-dependent shape, a copy to the CPU)
+    raises. Host-side inputs stay on the CPU as they are in serving (``seq_lens_cpu``). Every bucket, the forecast
+    on every drafting round, greedy and T > 0. What runs here is the worker's own code and the PyTorch paths of the
+    tree package (on CUDA the Triton wrappers take their place: allocations and launches, no reads)."""
+    import sys
+
+    from sglang_ddtree.worker import worker as worker_mod
+    from sglang_ddtree.worker.info import make_draft_input
+
+    meta = torch.device("meta")
+    real_module = torch.get_device_module
+    monkeypatch.setattr(torch, "get_device_module", lambda d=None: torch.cpu if str(d) == "meta" else real_module(d))
+    monkeypatch.setitem(sys.modules, "sgl_kernel", _no_renorm_kernels())  # no request filters by top-p / top-k
+    config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=chain)
+    bs, vocab = 3, 40
+    w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
+    w.config, w.device, w._hybrid, w._chains = config, meta, False, None
+    w._fa3_tree_bits, w._draft_kv_graphs, w._warned_host_sync = chain, None, False
+    mr = SimpleNamespace(attn_backend=SimpleNamespace(topk=config.topk), max_running_requests=2,
+                         req_to_token_pool=SimpleNamespace(req_to_token=torch.empty(bs, 64, dtype=torch.int32,
+                                                                                    device=meta)))
+    w.model_runner, w._target_worker = mr, SimpleNamespace(model_runner=mr)
+    moved = []
+    w._move_kv = lambda c, width: moved.append(c.kv_tgt.device)
+    w._draft = lambda batch, di, bs, host: (torch.empty(bs, 7, 4, device=meta),
+                                            torch.empty(bs, 7, 4, dtype=torch.int64, device=meta))
+
+    def verify(batch, vi, verify_loc, verify_cpu, verify_sum):
+        n = vi.draft_token_num
+        assert vi.draft_token.device == vi.positions.device == verify_loc.device == meta
+        return (SimpleNamespace(next_token_logits=torch.empty(bs * n, vocab, device=meta),
+                                hidden_states=torch.empty(bs * n, 3, device=meta)), None, True)
+
+    w._verify = verify
+    appended = []
+    w._append_target_hidden_to_draft_kv_by_loc = lambda **kw: appended.append(kw["target_hidden"].device)
+    finished = []
+
+    class Auto:
+        def choose(self, bs):
+            return budget
+
+        def begin(self, bs, b):
+            return SimpleNamespace(bs=bs, budget=b)
+
+        def wants_forecast(self, b):
+            return True
+
+        def finish(self, slot, scores, accept_lens, chain_lp):
+            finished.append(slot.budget)
+
+    w._auto, w._widths = Auto(), _Widths(config, mr)
+    for budget in config.buckets:
+        seq = torch.empty(bs, dtype=torch.int64, device=meta)
+        batch = SimpleNamespace(
+            seq_lens=seq, seq_lens_cpu=torch.tensor([10, 11, 12]), seq_lens_sum=33,
+            req_pool_indices=torch.empty(bs, dtype=torch.int64, device=meta),
+            spec_info=make_draft_input(torch.empty(bs, dtype=torch.int64, device=meta), seq),
+            sampling_info=SimpleNamespace(
+                is_all_greedy=greedy, acc_additive_penalties=None, acc_scaling_penalties=None, logit_bias=None,
+                temperatures=torch.ones(bs, 1, device=meta), need_top_p_sampling=False, need_top_k_sampling=False))
+        result = w._decode_round(batch, None)
+        assert result.next_token_ids.device == result.accept_lens.device == meta
+    assert finished == list(config.buckets) and len(appended) == len(config.buckets)
+    assert len(moved) == sum(1 for b in config.buckets if b != 0 and not is_chain(b))
