@@ -399,15 +399,22 @@ def test_the_chain_inputs_grow_past_the_first_batch(cpu_round):
     assert h.worker._chains.capacity >= 7
 
 
+@pytest.mark.parametrize("triton_paths", [False, True])
 @pytest.mark.parametrize("chain", [True, False])
 @pytest.mark.parametrize("greedy", [True, False])
-def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy):
+def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, triton_paths):
     """No host sync: the round runs with every device tensor on the ``meta`` device, which holds no values, so any
     read of one on the host (``.item()``, ``.tolist()``, ``int()``, a data-dependent shape, a copy to the CPU)
     raises. Host-side inputs stay on the CPU as they are in serving (``seq_lens_cpu``). Every bucket, the forecast
-    on every drafting round, greedy and T > 0. What runs here is the worker's own code and the PyTorch paths of the
-    tree package (on CUDA the Triton wrappers take their place: allocations and launches, no reads)."""
+    on every drafting round, greedy and T > 0. ``triton_paths``: the wrappers take their CUDA paths (``use_triton``
+    true) with every Triton launch recorded instead of run, so their host code (allocations, layouts, launch
+    arguments) runs as it does on a GPU, the KV mover included; otherwise the tree package's PyTorch paths."""
     import sys
+
+    from triton.runtime.jit import JITFunction
+
+    from sglang_ddtree.tree import _common, accept, build, topology
+    from sglang_ddtree.worker import kv_commit, tree_attention
 
     from sglang_ddtree.worker import worker as worker_mod
     from sglang_ddtree.worker.info import make_draft_input
@@ -425,8 +432,23 @@ def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy):
                          req_to_token_pool=SimpleNamespace(req_to_token=torch.empty(bs, 64, dtype=torch.int32,
                                                                                     device=meta)))
     w.model_runner, w._target_worker = mr, SimpleNamespace(model_runner=mr)
-    moved = []
-    w._move_kv = lambda c, width: moved.append(c.kv_tgt.device)
+    moved, launched = [], []
+    if triton_paths:
+        for mod in (_common, accept, build, topology, tree_attention):
+            monkeypatch.setattr(mod, "use_triton", lambda *a, **k: True)
+        monkeypatch.setattr(JITFunction, "run", lambda self, *a, grid, warmup, **k: launched.append(self.fn.__name__))
+        layers = 2
+        pool = SimpleNamespace(  # the mover's own path (kv_commit.AcceptedKVMover): two layers' K and V buffers
+            device=meta, k_buffer=[torch.empty(64, 8, 128, dtype=torch.bfloat16, device=meta)] * layers,
+            v_buffer=[torch.empty(64, 8, 128, dtype=torch.bfloat16, device=meta)] * layers,
+            data_ptrs=torch.empty(2 * layers, dtype=torch.uint64, device=meta),
+            data_strides=torch.full((2 * layers,), 2048, dtype=torch.int64, device=meta), _kv_copy_config={},
+            use_hnd=False, use_native_move_kv_cache=False, k_scale_buffer=None, layer_num=layers)
+        mover = kv_commit.AcceptedKVMover(pool)
+        assert mover.own
+        w._move_kv = lambda c, width: (moved.append(c.kv_tgt.device), mover(c, width))
+    else:
+        w._move_kv = lambda c, width: moved.append(c.kv_tgt.device)
     w._draft = lambda batch, di, bs, host: (torch.empty(bs, 7, 4, device=meta),
                                             torch.empty(bs, 7, 4, dtype=torch.int64, device=meta))
 
@@ -468,3 +490,8 @@ def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy):
         assert result.next_token_ids.device == result.accept_lens.device == meta
     assert finished == list(config.buckets) and len(appended) == len(config.buckets)
     assert len(moved) == sum(1 for b in config.buckets if b != 0 and not is_chain(b))
+    if triton_paths:  # the CUDA paths ran: builds, topologies, commits, moves (and fa3's bits) were launched
+        for name in ("ddtree_build_kernel", "ddtree_topology_kernel", "ddtree_accept_commit_kernel",
+                     "move_kv_rows_kernel"):
+            assert name in launched, (name, sorted(set(launched)))
+        assert ("ancestor_bits_kernel" in launched) is chain and ("draw_rows_kernel" in launched) is (not greedy)
