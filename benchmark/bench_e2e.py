@@ -102,7 +102,7 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
             kw["attention_backend"] = mod
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
-        elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and test_plugin_hooks(mod) is None:
+        elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and plugin_hooks(mod) is None:
             known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + ["pin<bucket>"]
                      + list(ATTENTION_BACKENDS))
             raise ValueError(f"unknown config modifier {mod!r}: use one of {known}")
@@ -171,13 +171,10 @@ ENV_MODIFIERS = {
 # they ask for. pin<bucket> (pin0, pin15, pinchain15, ...: ``config.parse_bucket``'s names): budget auto verifies that
 # bucket every round, so a profile shows its round alone (pin0: a width-0 round against plain decoding's step;
 # pinchain15: the chain's round against DFLASH's).
-TEST_PLUGIN_MODIFIERS = {"pin0": dict(pin_budget=0)}  # the documented example; every pin<bucket> is one
 
 
-def test_plugin_hooks(mod: str):
-    """The test plugin's hooks a config modifier asks for (``TEST_PLUGIN_MODIFIERS``, ``pin<bucket>``), or None."""
-    if mod in TEST_PLUGIN_MODIFIERS:
-        return TEST_PLUGIN_MODIFIERS[mod]
+def plugin_hooks(mod: str):
+    """The test plugin's hooks a config modifier asks for (``pin<bucket>``), or None."""
     if mod.startswith("pin"):
         from sglang_ddtree.config import parse_bucket
 
@@ -186,6 +183,8 @@ def test_plugin_hooks(mod: str):
         except ValueError:
             return None
     return None
+
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_PLUGIN_DIR = os.path.join(_ROOT, "test", "_test_plugin")  # == _test_plugin_env.PLUGIN_DIR
 
@@ -218,7 +217,7 @@ def engine_env(spec: str) -> dict:
     env = {}
     for mod in spec.split("+")[1:]:
         env.update(ENV_MODIFIERS.get(mod, {}))
-        hooks = test_plugin_hooks(mod)
+        hooks = plugin_hooks(mod)
         if hooks is not None:  # its variables and PYTHONPATH (a child process, bench_paired, needs it)
             env.update(_test_plugin_env().plugin_env(**hooks))
     return env
@@ -230,7 +229,7 @@ def engine_environment(spec: str):
     scheduler copies this process's sys.path, not PYTHONPATH, so a test-plugin modifier puts the plugin there)."""
     env = engine_env(spec)
     saved = {k: os.environ.get(k) for k in env}
-    if any(test_plugin_hooks(mod) is not None for mod in spec.split("+")[1:]):
+    if any(plugin_hooks(mod) is not None for mod in spec.split("+")[1:]):
         _test_plugin_env().add_plugin_path()
     os.environ.update(env)
     try:

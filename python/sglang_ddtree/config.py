@@ -160,6 +160,12 @@ def is_chain(bucket) -> bool:
     return isinstance(bucket, ChainBucket)
 
 
+def chain_shaped(bucket) -> bool:
+    """Whether a round of ``bucket`` verifies a chain: width 0 (the root alone) or the chain bucket. Its structure is
+    constant (``worker.chain_inputs``): no tree build, no verify topology, no KV move."""
+    return is_chain(bucket) or int(bucket) == 0
+
+
 def parse_bucket(text: str):
     """A bucket from its printed name: "15" -> 15, "chain15" -> ``ChainBucket(15)`` (``/metrics`` labels,
     accept tables); a ValueError for anything else."""

@@ -27,7 +27,7 @@ def _round_calls(config, bs, req_to_token, vocab):
     """A round's eager kernels at batch size ``bs``, every bucket, as the worker calls them (chain-shaped buckets,
     width 0 and the chain, through ``chain_inputs``: no build, no topology)."""
     from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
-    from sglang_ddtree.config import is_chain
+    from sglang_ddtree.config import chain_shaped
     from sglang_ddtree.worker.chain_inputs import ChainInputs
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.sampling import draw_rows
@@ -41,14 +41,14 @@ def _round_calls(config, bs, req_to_token, vocab):
     prefix = torch.randint(10, 100, (bs,), device=dev, generator=g)  # int64, as the batch's seq_lens
     req_pool_indices = torch.arange(bs, device=dev)
     root = torch.zeros(bs, dtype=torch.int64, device=dev)
-    chains = ChainInputs([1, depth + 1], max_depth=depth, device=dev)
+    chains = ChainInputs.for_config(config, device=dev)
     for budget in config.buckets:
         n = budget + 1
         verify_loc = assign_extend_cache_locs_func(
             req_pool_indices=req_pool_indices, req_to_token=req_to_token, start_offset=prefix,
             end_offset=prefix + n, batch_size=bs, draft_token_num=n, device=dev)
-        if budget == 0 or is_chain(budget):
-            tree = chains.tree(chains.tokens(root, token_ids[:, :int(budget), 0] if budget else None))
+        if chain_shaped(budget):
+            tree = chains.tree_of(root, token_ids if budget else None, budget)
             tokens = tree.token_ids
             chains.positions(prefix, n)
         else:

@@ -21,6 +21,7 @@ from typing import Dict, Iterable, Optional, Tuple
 
 import torch
 
+from sglang_ddtree.config import DDTreeConfig, is_chain
 from sglang_ddtree.tree import Tree
 
 
@@ -38,6 +39,13 @@ class ChainInputs:
         self._const: Dict[int, Dict[str, torch.Tensor]] = {}
         self._ones = torch.ones(0, dtype=torch.bool, device=self.device)
         self._reserve(max(1, int(batch_size)))
+
+    @classmethod
+    def for_config(cls, config: DDTreeConfig, *, device, batch_size: int = 1) -> "ChainInputs":
+        """The chains of ``config``'s chain-shaped buckets: width 0 and, where budget auto holds it, the chain
+        bucket; trees of depth up to L - 1."""
+        rows = [1] + [b + 1 for b in config.buckets if is_chain(b)]
+        return cls(rows, max_depth=config.block_size - 1, device=device, batch_size=batch_size)
 
     def _reserve(self, bs: int) -> None:
         if bs <= self.capacity:
@@ -71,6 +79,12 @@ class ChainInputs:
         c = self._const[n]
         return Tree(token_ids=tokens, parents=c["parents"][:bs], depths=c["depths"][:bs], scores=None,
                     valid=c["valid"][:bs], num_nodes=c["num_nodes"][:bs], max_depth=self.max_depth)
+
+    def tree_of(self, root: torch.Tensor, token_ids: Optional[torch.Tensor], bucket) -> Tree:
+        """A chain-shaped round's tree: root [bs] int64 (the bonus tokens) and, for the chain bucket, the top-1
+        column of the draft's token_ids [bs, L-1, K] int64 (None at width 0); its tokens are ``tree.token_ids``."""
+        drafts = int(bucket)
+        return self.tree(self.tokens(root, token_ids[:, :drafts, 0] if drafts else None))
 
     def positions(self, prefix: torch.Tensor, n: int) -> torch.Tensor:
         """prefix [bs] int (the root's position) -> [bs * N] int64: prefix + row (width 0: the prefix itself)."""

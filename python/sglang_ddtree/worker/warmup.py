@@ -69,7 +69,7 @@ def warm_round_kernels(
     upstream's slot kernel at every batch-size class up to ``max_batch_size`` (None or a device without Triton:
     not warmed); ``move_kv``: the worker's ``AcceptedKVMover`` (None: not warmed). Returns what ran, one entry
     per kernel call (the start-up log counts them). Synchronises once at the end (start-up only)."""
-    from sglang_ddtree.config import is_chain
+    from sglang_ddtree.config import chain_shaped
     from sglang_ddtree.worker.chain_inputs import ChainInputs
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.sampling import draw_rows
@@ -85,11 +85,11 @@ def warm_round_kernels(
     token_ids = torch.arange(depth * config.topk, **i64).view(1, depth, config.topk)
     prefix = torch.zeros(1, **i64)  # the batch's seq_lens (int64)
     bonus = torch.zeros(1, **i64)
-    chains = ChainInputs([1] + [b + 1 for b in config.buckets if is_chain(b)], max_depth=depth, device=device)
+    chains = ChainInputs.for_config(config, device=device)
     for budget in config.buckets:
         n = budget + 1
-        if budget == 0 or is_chain(budget):  # chain-shaped (the round's chain_inputs): no build, no topology
-            tree = chains.tree(chains.tokens(bonus, token_ids[:, :int(budget), 0] if budget else None))
+        if chain_shaped(budget):  # the round's chain_inputs: no build, no topology
+            tree = chains.tree_of(bonus, token_ids if budget else None, budget)
             tokens = tree.token_ids
         else:
             tree = build_tree(log_probs, token_ids, budget)

@@ -283,16 +283,17 @@ class AutoWidth:
     def calibrate(self, verify_graphs: Dict[int, Dict[int, object]], draft_graphs: Dict[int, object],
                   tree_ms: Dict[int, float]) -> None:
         """Seed the cost model: verify graph replay per (batch size, budget) plus, when drafting, the draft graph
-        and, for a tree bucket, the tree builds of that batch size (the chain's round builds none). Batch sizes above the largest captured one run eagerly: seeded
-        by scaling the largest captured cost by the batch ratio (observations replace it)."""
+        and, for a tree bucket, the tree builds of that batch size (the chain's round builds none). Batch sizes
+        above the largest captured one run eagerly: seeded by scaling the largest captured cost by the batch ratio
+        (observations replace it)."""
         seeds = []  # (bs, budget, ms), in one order on every rank (the replays' collectives pair up)
         for budget in sorted(verify_graphs):
             for bs in sorted(verify_graphs[budget]):
                 ms = replay_ms(verify_graphs[budget][bs])
                 if budget > 0:  # drafting: the draft graph, and a tree round's builds (a chain builds none)
                     draft = draft_graphs.get(bs)
-                    ms += (replay_ms(draft) if draft is not None else 0.0) + (0.0 if is_chain(budget)
-                                                                              else tree_ms.get(bs, 0.0))
+                    ms += replay_ms(draft) if draft is not None else 0.0
+                    ms += 0.0 if is_chain(budget) else tree_ms.get(bs, 0.0)
                 seeds.append((bs, budget, ms))
         if self._agree is not None and seeds:
             seeds = [(bs, budget, ms) for (bs, budget, _), ms in zip(seeds, self._agree([m for *_, m in seeds]))]

@@ -37,7 +37,7 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from sglang_ddtree.compat import adapter
-from sglang_ddtree.config import DDTreeConfig, is_chain, resolved_args
+from sglang_ddtree.config import DDTreeConfig, chain_shaped, resolved_args
 from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling, warmup
@@ -242,7 +242,7 @@ class DDTreeWorker(DFlashWorkerV2):
         # Width 0 (no drafting: the round is one target step on the root, the bonus token) and the chain bucket are
         # chain-shaped: their structure is constant (chain_inputs), so they build no tree, no verify topology and
         # move no KV. A causal one (fa3: its backend is built at top-K 1) needs no mask and no links.
-        chain_shaped = budget == 0 or is_chain(budget)
+        shaped = chain_shaped(budget)
         causal = cfg.verifies_causally(budget)
         # What depends on the prefix alone comes before the draft's launch: the host's work between the draft's launch
         # and the verify's is time the GPU waits once the draft is done (the idle gap of session 27's profiles).
@@ -253,7 +253,7 @@ class DDTreeWorker(DFlashWorkerV2):
             draft_token_num=n, device=self.device,
         )
         verify_cpu, verify_sum = host.plus(n)
-        if chain_shaped:
+        if shaped:
             chains = self._chain_inputs()
             positions = chains.positions(prefix, n)
             mask = None if causal else chains.root_mask(bs, host.mask_sum_bound)  # causal, or width 0: all True
@@ -261,9 +261,9 @@ class DDTreeWorker(DFlashWorkerV2):
         if budget:
             # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
             log_probs, token_ids = self._draft(batch, draft_input, bs, host)
-        if chain_shaped:
-            tokens = chains.tokens(draft_input.bonus_tokens, token_ids[:, :int(budget), 0] if budget else None)
-            tree = chains.tree(tokens)  # [bs, N] rows, row d at depth d
+        if shaped:
+            tree = chains.tree_of(draft_input.bonus_tokens, token_ids if budget else None, budget)
+            tokens = tree.token_ids  # [bs, N] int64, row d at depth d
         else:
             # BUILD: Tree of [bs, N] rows (row 0 the root).
             tree = build_tree(log_probs, token_ids, budget)
@@ -311,7 +311,7 @@ class DDTreeWorker(DFlashWorkerV2):
         # A bucket of budget auto with fewer rows than W accepts at most N tokens; the commit pads its columns to W
         # in the same launch (pad_commit's eight PyTorch ops, ~0.4 ms of CPU a round at c 32, session 22's profile).
         c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
-        if not chain_shaped:  # a chain's accepted nodes were verified at their final slots (chain_inputs)
+        if not shaped:  # a chain's accepted nodes were verified at their final slots (chain_inputs)
             if self._move_kv is None:
                 self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
             self._move_kv(c, width)
@@ -352,10 +352,8 @@ class DDTreeWorker(DFlashWorkerV2):
         """The constant structure of this server's chain-shaped rounds (width 0, and the chain bucket where budget
         auto holds it), sized for the largest running batch."""
         if self._chains is None:
-            cfg = self.config
-            rows = [1] + [b + 1 for b in cfg.buckets if is_chain(b)]
-            self._chains = ChainInputs(rows, max_depth=cfg.block_size - 1, device=self.device,
-                                       batch_size=int(self.model_runner.max_running_requests))
+            self._chains = ChainInputs.for_config(self.config, device=self.device,
+                                                  batch_size=int(self.model_runner.max_running_requests))
         return self._chains
 
     def _decide_fa3_tree_bits(self) -> bool:
