@@ -30,7 +30,8 @@
 #                                             # warm-up's GPU test, sharp parity on fa3 (width 0 and the chain pinned,
 #                                             # graphs / no graphs / no overlap, the bucket cycle with the compile
 #                                             # watch) and on triton (width 0 pinned, the cycle), LEAN_SAMPLING=1 adds
-#                                             # T > 0 on fa3 with the cycle (fa3 staged)
+#                                             # T > 0 on fa3 with the cycle, LEAN_HYBRID=1 the hybrid target's sharp
+#                                             # parity with auto (hybrid.sh auto's first group) (fa3 staged)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
@@ -112,7 +113,8 @@ case "${1:-}" in
       "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs ${LEAN_FA3:-sharp:plain_fa3,sharp:dd_fa3_auto_w0,sharp:dd_fa3_auto_cycle_compiles,sharp:dd_fa3_auto_chain} --deadline-s $(( LIM - 30 ))" \
       "parity_fa3_more=$MODELS /tmp/m_fb && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fb --out \$CMD_OUT --configs ${LEAN_FA3_MORE:-sharp:plain_fa3,sharp:dd_fa3_auto_w0_nograph,sharp:dd_fa3_auto_w0_nooverlap,sharp:dd_fa3_auto_chain_nooverlap} --deadline-s $(( LIM - 30 ))" \
       "parity_triton=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${LEAN_TRITON:-sharp:plain_triton,sharp:dd_triton_auto_w0,sharp:dd_triton_auto_cycle_compiles,sharp:dd_triton_b15} --deadline-s $(( LIM - 30 ))" \
-      ${LEAN_SAMPLING:+"sampling=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"}
+      ${LEAN_SAMPLING:+"sampling=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"} \
+      ${LEAN_HYBRID:+"hybrid_auto=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto]"}
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
