@@ -117,6 +117,13 @@ POSITIONS = {"first": lambda d: d[0], "second": lambda d: d[1], "pair": lambda d
 @pytest.mark.parametrize("setting,prompt", CASES)
 @pytest.mark.parametrize("position", list(POSITIONS))
 def test_ddtree_matches_plain(report, setting, prompt, position):
+    if test_backend() == "fa3" and (setting, prompt) in PLAIN_FA3_OFF_TARGET and position != "second":
+        # plain's first token is off the float32 target there (test_close_to_exact_target's strict xfail), so a
+        # DDTREE that samples the target exactly differs from it: session 32 (H100, fa3, auto's bucket cycle) drew
+        # 0.707 / 0.293 against float32's 0.7115 / 0.2885 (p 0.66) and plain's 0.6535 / 0.3465 (chi2 13.2, p 3e-4).
+        # DDTREE's first token is held to the float32 target by test_close_to_exact_target instead.
+        pytest.skip("plain fa3's first token is off the float32 target here (PLAIN_FA3_OFF_TARGET); "
+                    "test_close_to_exact_target checks DDTREE's against float32")
     key = POSITIONS[position]
     plain = [key(d) for d in _draws(report, "plain", setting, prompt)]
     tree = [key(d) for d in _draws(report, DDTREE_SPEC, setting, prompt)]
