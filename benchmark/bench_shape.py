@@ -114,7 +114,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_e2e import ATTENTION_BACKENDS, engine_kwargs, environment, fa3_unavailable  # noqa: E402
-from gpu_clocks import GpuSampler  # noqa: E402
+from gpu_clocks import GpuSampler, visible_index  # noqa: E402
 
 from shape_budgets import (ACCEPT_TABLE_ENV, AUTO_BUCKETS, BUDGET_COUNT_SETTINGS, config_env,  # noqa: E402
                            count_diff, settled_budget_rounds)
@@ -199,6 +199,59 @@ def _hybrid_shape_configs(name: str) -> tuple[dict, dict]:
                                "mask_token_id": mask_id, "block_size": DRAFT_BLOCK}}
     return target, draft
 
+
+
+# ---- memory ------------------------------------------------------------------------------------
+def _dense_layer_params(cfg: dict) -> int:
+    """Parameters of one dense Qwen3 decoder layer (q / k / v / o and the gated MLP; norms left out)."""
+    h, hd = cfg["hidden_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    return 2 * h * q + 2 * h * kv + 3 * h * cfg["intermediate_size"]
+
+
+def _kv_bytes_per_token(cfg: dict) -> int:
+    return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2  # K and V, bf16
+
+
+def engine_floor_gib(target: dict, draft: dict, spec: str, max_total_tokens: int):
+    """A lower bound of one engine's GPU memory in GiB: its bf16 weights (the target's; a speculative config adds
+    the drafter's, which shares the target's embedding and LM head) and its KV pools of ``max_total_tokens`` (the
+    drafter keeps one of its own). None for a shape it does not count (hybrid targets). On the H100, session 32's
+    engines of the 8B shape held 19.8 (plain) and 22.9 GiB (DFLASH, DDTREE) at 24,000 tokens; this gives 18.6 and 21.0."""
+    if "text_config" in target:
+        return None
+    weights = target["num_hidden_layers"] * _dense_layer_params(target)
+    weights += target["vocab_size"] * target["hidden_size"] * (1 if target.get("tie_word_embeddings") else 2)
+    kv = _kv_bytes_per_token(target)
+    if config_key(spec)[0] != "plain":
+        used = len(draft["dflash_config"]["target_layer_ids"])
+        weights += draft["num_hidden_layers"] * _dense_layer_params(draft) + used * draft["hidden_size"] ** 2
+        kv += _kv_bytes_per_token(draft)
+    return (2 * weights + kv * max_total_tokens) / 2 ** 30
+
+
+def gpu_total_gib():
+    """The first visible GPU's memory in GiB, from nvidia-smi; None when it cannot say (no GPU, no nvidia-smi)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", str(visible_index()), "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        return float(out.stdout.strip().splitlines()[0]) / 1024 if out.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def memory_shortfall(shape: str, configs, max_total_tokens: int, total_gib):
+    """Why ``configs``' engines of ``shape``, all alive together, cannot fit a GPU of ``total_gib`` (their
+    ``engine_floor_gib`` sum exceeds it), or None (they may fit, or either side is unknown). Said before any engine
+    starts: session 32's first 8B-shape run on an 80 GB H100 spent 200 s starting three engines of five before the
+    fourth ran out of memory."""
+    target, draft = shape_configs(shape)
+    floors = [engine_floor_gib(target, draft, spec, max_total_tokens) for spec in configs]
+    if total_gib is None or any(f is None for f in floors) or sum(floors) <= total_gib:
+        return None
+    return (f"{len(configs)} engines of {shape} stay alive together and need at least {sum(floors):.1f} GiB "
+            f"(weights + KV at --max-total-tokens {max_total_tokens}), more than the GPU's {total_gib:.1f} GiB: "
+            f"pass fewer --configs or a smaller --max-total-tokens")
 
 # The drafter's weights (--draft-weights). With SGLang's dummy initialisation a DFlash drafter drafts one token 15
 # times, the same token in every request (session 20, results/session20/dummy_drafts.py), and one GEMM over such rows
@@ -1010,7 +1063,15 @@ def main(argv=None) -> int:
                                      "(wall(M1) - wall(M0)) / (rounds(M1) - rounds(M0))"},
               "shapes": {}, "accept_table": args.table, "results": {}, "best_projected": {}, "engines": {},
               "errors": {}}
+    total_gib = gpu_total_gib()
     for i, shape in enumerate(args.shapes):
+        short = memory_shortfall(shape, args.configs, args.max_total_tokens, total_gib)
+        if short is not None:
+            report["errors"][shape] = {"error": f"MemoryError: {short}"}
+            print(f"[bench_shape] {shape}: {short}", flush=True)
+            with open(args.out, "w") as f:
+                json.dump(report, f, indent=1)
+            continue
         target, draft = shape_configs(shape)
         target_dir, draft_dir = write_shape(args.model_dir, shape, args.draft_weights)
         report["shapes"][shape] = {"target": target, "draft": draft, "target_dir": target_dir, "draft_dir": draft_dir}

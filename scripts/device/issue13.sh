@@ -25,6 +25,9 @@
 #                                             # entry), then sharp parity on fa3 with it (fa3 staged)
 #     bash scripts/device/issue13.sh chain    # budget auto's chain bucket on fa3: sharp parity pinned to it and in the
 #                                             # bucket cycle, then the 8B shape with and without it (fa3 staged)
+#                                             # (its five 8B engines need ~102 GiB: on an 80 GB H100 pass
+#                                             # SHAPE_CONFIGS=plain+fa3,dflash+fa3,ddtree:auto:8+fa3; bench_shape
+#                                             # refuses what cannot fit before any engine starts)
 #     bash scripts/device/issue13.sh lean     # session 31's chain-shaped rounds (width 0 and the chain take constant
 #                                             # structure, no KV move; width 0 causal beside the chain on fa3): the
 #                                             # warm-up's GPU test, sharp parity on fa3 (width 0 and the chain pinned,

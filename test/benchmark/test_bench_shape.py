@@ -683,3 +683,34 @@ def test_draft_weights_reach_only_engines_with_a_drafter(tmp_path):
         bench_shape.write_shape(str(tmp_path), "qwen3-8b", "xavier")
     proc = _cli("--out", str(tmp_path / "x.json"), "--draft-weights", "xavier", "--configs", "plain")
     assert proc.returncode == 2 and "--draft-weights: invalid choice: 'xavier'" in proc.stderr
+
+
+def test_engines_that_cannot_fit_the_gpu_are_refused_before_any_starts(tmp_path):
+    """Session 32's first 8B-shape run on an 80 GB H100: five engines, the fourth out of memory after 200 s. The
+    weights + KV floor says so before any engine starts; three fit and run (here on the fake engine)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/usr/bin/env bash\ncase \"$*\" in *memory.total*) echo 81559 ;; *reasons*) "
+                   "echo '1755, 650.0, 60, 0x4' ;; *) echo '1755, 650.0, 60' ;; esac\n")
+    smi.chmod(0o755)
+    five = "plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:auto:8+fa3,ddtree:auto:8+fa3+nochain"
+    out = tmp_path / "x.json"
+    proc = _cli("--out", str(out), "--shapes", "qwen3-8b", "--configs", five, "--concurrency", "1",
+                "--max-total-tokens", "24000", "--model-dir", str(tmp_path / "models"), path_first=str(bin_dir))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    msg = ("5 engines of qwen3-8b stay alive together and need at least 102.4 GiB (weights + KV at "
+           "--max-total-tokens 24000), more than the GPU's 79.6 GiB: pass fewer --configs or a smaller "
+           "--max-total-tokens")
+    assert msg in proc.stdout
+    rep = json.loads(out.read_text())
+    assert rep["errors"]["qwen3-8b"] == {"error": "MemoryError: " + msg} and rep["results"] == {}
+    assert not (tmp_path / "models").exists()  # refused before writing the shape or starting an engine
+
+    t, d = bench_shape.shape_configs("qwen3-8b")
+    floors = [bench_shape.engine_floor_gib(t, d, s, 24000) for s in ("plain+fa3", "dflash+fa3", "ddtree:auto:8")]
+    assert [round(f, 1) for f in floors] == [18.6, 21.0, 21.0]
+    assert bench_shape.memory_shortfall("qwen3-8b", five.split(","), 24000, 139.8) is None  # the H200 holds five
+    assert bench_shape.memory_shortfall("qwen3-8b", five.split(",")[:3], 24000, 79.6) is None
+    assert bench_shape.memory_shortfall("qwen3-8b", five.split(","), 24000, None) is None  # no nvidia-smi
+    assert bench_shape.engine_floor_gib(*bench_shape.shape_configs("qwen3.5-9b"), "plain", 24000) is None
