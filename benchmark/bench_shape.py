@@ -202,30 +202,27 @@ def _hybrid_shape_configs(name: str) -> tuple[dict, dict]:
 
 
 # ---- memory ------------------------------------------------------------------------------------
-def _dense_layer_params(cfg: dict) -> int:
-    """Parameters of one dense Qwen3 decoder layer (q / k / v / o and the gated MLP; norms left out)."""
-    h, hd = cfg["hidden_size"], cfg["head_dim"]
-    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    return 2 * h * q + 2 * h * kv + 3 * h * cfg["intermediate_size"]
-
-
 def _kv_bytes_per_token(cfg: dict) -> int:
     return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2  # K and V, bf16
 
 
 def engine_floor_gib(target: dict, draft: dict, spec: str, max_total_tokens: int):
-    """A lower bound of one engine's GPU memory in GiB: its bf16 weights (the target's; a speculative config adds
-    the drafter's, which shares the target's embedding and LM head) and its KV pools of ``max_total_tokens`` (the
-    drafter keeps one of its own). None for a shape it does not count (hybrid targets). On the H100, session 32's
-    engines of the 8B shape held 19.8 (plain) and 22.9 GiB (DFLASH, DDTREE) at 24,000 tokens; this gives 18.6 and 21.0."""
+    """A lower bound of one engine's GPU memory in GiB: its bf16 weights (the target's, counted on the reference
+    model built on the meta device; a speculative config adds the drafter's, ``draft_weight_shapes``, which shares
+    the target's embedding and LM head) and its KV pools of ``max_total_tokens`` (the drafter keeps one of its own).
+    None for a shape it does not count (hybrid targets). On the H100, session 32's engines of the 8B shape held
+    19.8 (plain) and 22.9 GiB (DFLASH, DDTREE) at 24,000 tokens; this gives 18.6 and 21.0."""
     if "text_config" in target:
         return None
-    weights = target["num_hidden_layers"] * _dense_layer_params(target)
-    weights += target["vocab_size"] * target["hidden_size"] * (1 if target.get("tie_word_embeddings") else 2)
+    import torch
+
+    from sglang_ddtree.reference.qwen3 import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.device("meta"):
+        weights = sum(p.numel() for p in Qwen3ForCausalLM(Qwen3Config.from_hf_dict(target)).parameters())
     kv = _kv_bytes_per_token(target)
     if config_key(spec)[0] != "plain":
-        used = len(draft["dflash_config"]["target_layer_ids"])
-        weights += draft["num_hidden_layers"] * _dense_layer_params(draft) + used * draft["hidden_size"] ** 2
+        weights += sum(math.prod(shape) for shape in draft_weight_shapes(draft).values())
         kv += _kv_bytes_per_token(draft)
     return (2 * weights + kv * max_total_tokens) / 2 ** 30
 
@@ -245,9 +242,11 @@ def memory_shortfall(shape: str, configs, max_total_tokens: int, total_gib):
     ``engine_floor_gib`` sum exceeds it), or None (they may fit, or either side is unknown). Said before any engine
     starts: session 32's first 8B-shape run on an 80 GB H100 spent 200 s starting three engines of five before the
     fourth ran out of memory."""
+    if total_gib is None:
+        return None
     target, draft = shape_configs(shape)
     floors = [engine_floor_gib(target, draft, spec, max_total_tokens) for spec in configs]
-    if total_gib is None or any(f is None for f in floors) or sum(floors) <= total_gib:
+    if any(f is None for f in floors) or sum(floors) <= total_gib:
         return None
     return (f"{len(configs)} engines of {shape} stay alive together and need at least {sum(floors):.1f} GiB "
             f"(weights + KV at --max-total-tokens {max_total_tokens}), more than the GPU's {total_gib:.1f} GiB: "
