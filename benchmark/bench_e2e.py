@@ -103,7 +103,7 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
         elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and plugin_hooks(mod) is None:
-            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + ["pin<bucket>"]
+            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + ["pin<bucket>", "phases"]
                      + list(ATTENTION_BACKENDS))
             raise ValueError(f"unknown config modifier {mod!r}: use one of {known}")
     if spec == "plain":
@@ -170,11 +170,25 @@ ENV_MODIFIERS = {
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
 # they ask for. pin<bucket> (pin0, pin15, pinchain15, ...: ``config.parse_bucket``'s names): budget auto verifies that
 # bucket every round, so a profile shows its round alone (pin0: a width-0 round against plain decoding's step;
-# pinchain15: the chain's round against DFLASH's).
+# pinchain15: the chain's round against DFLASH's). phases: the scheduler's and the round's functions timed with
+# perf_counter per decode iteration, no profiler (``ddtree_test_hooks.phase_times``), written under PHASES_DIR as
+# <config>.<pid>.json (``phase_times_summary.py`` reads them).
+PHASES_DIR_ENV = "DDTREE_BENCH_PHASES_DIR"
 
 
-def plugin_hooks(mod: str):
-    """The test plugin's hooks a config modifier asks for (``pin<bucket>``), or None."""
+def phases_path(spec: str) -> str:
+    """Where config ``spec``'s engine writes its phase times: $DDTREE_BENCH_PHASES_DIR (default /tmp/ddtree_phases)
+    / the config's name with ':' and '+' as '_' (the folder is made here)."""
+    folder = os.environ.get(PHASES_DIR_ENV) or "/tmp/ddtree_phases"
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, spec.replace(":", "_").replace("+", "_"))
+
+
+def plugin_hooks(mod: str, spec: str = ""):
+    """The test plugin's hooks a config modifier asks for (``pin<bucket>``, ``phases``), or None; ``spec``: the
+    whole config, which names the phase-times file."""
+    if mod == "phases":
+        return dict(phase_times=phases_path(spec)) if spec else {}
     if mod.startswith("pin"):
         from sglang_ddtree.config import parse_bucket
 
@@ -214,12 +228,14 @@ def after_warmup(engine, spec: str) -> None:
 
 def engine_env(spec: str) -> dict:
     """The environment variables a config's modifiers set, e.g. ``ddtree:15:8+fa3+fa3tree``."""
-    env = {}
+    env, hooks = {}, None
     for mod in spec.split("+")[1:]:
         env.update(ENV_MODIFIERS.get(mod, {}))
-        hooks = plugin_hooks(mod)
-        if hooks is not None:  # its variables and PYTHONPATH (a child process, bench_paired, needs it)
-            env.update(_test_plugin_env().plugin_env(**hooks))
+        asked = plugin_hooks(mod, spec)
+        if asked is not None:
+            hooks = dict(hooks or {}, **asked)
+    if hooks is not None:  # every test-plugin variable at once, and PYTHONPATH (a child process, bench_paired, needs it)
+        env.update(_test_plugin_env().plugin_env(**hooks))
     return env
 
 

@@ -14,6 +14,9 @@
 #     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, auto pinned to width 0, budgets
 #                                             # 15 / 63, auto timed and profiled, each trace analysed (where a round's
 #                                             # host time goes; a width-0 round against AR's step)
+#     bash scripts/device/issue13.sh phases   # tiny pair at PHASES_BS (default 16): AR, auto pinned to width 0,
+#                                             # DFLASH, budget 63, unprofiled, with the test plugin's perf_counter
+#                                             # timers per decode iteration (+phases), side by side (fa3 staged)
 #     bash scripts/device/issue13.sh warmup   # the start-up warm-up of the round's kernels (worker/warmup.py, off by
 #                                             # default until this passes): its GPU unit test, sharp parity of auto's
 #                                             # bucket cycle and b15 with it on and the compile watch (no round may
@@ -172,6 +175,28 @@ case "${1:-}" in
         > "$OUT/$(basename "$d").analysis.txt" 2>&1; head -n 6 "$OUT/$(basename "$d").analysis.txt"
     done
     gzip -f "$OUT/e2e_profile.log"
+    ls -la "$OUT"
+    ;;
+  phases)
+    # where the tiny pair's decode iterations spend their wall time, unprofiled (+phases: the test plugin's
+    # perf_counter timers, ddtree_test_hooks/phase_times.py): AR, auto pinned to width 0, DFLASH, budget 63, each
+    # at PHASES_BS (default 16), 64 prompts x 64 tokens, one engine after another (a breakdown, not a speed
+    # claim); the summary puts the configs side by side (session 33: the torch profiler's Python-stack overhead
+    # hid why a width-0 round ran at 0.55x plain decoding's speed). fa3 staged; ~4 engines x ~1 minute
+    OUT=${OUT:-/tmp/phases_out}
+    mkdir -p "$OUT/phases"
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh
+    eval "P=\"$PAIR\""
+    # shellcheck disable=SC2086
+    DDTREE_BENCH_PHASES_DIR="$OUT/phases" timeout -k 10 "${PHASES_TIMEOUT_S:-400}" python3 benchmark/bench_e2e.py $P \
+      --configs "${PHASES_CONFIGS:-plain+fa3+phases,ddtree:auto:8+fa3+pin0+phases,dflash+fa3+phases,ddtree:63:8+fa3+phases}" \
+      --bs "${PHASES_BS:-16}" --num-prompts 64 --max-new-tokens 64 --deadline-s 330 \
+      --out "$OUT/e2e_phases.json" > "$OUT/e2e_phases.log" 2>&1
+    grep "\[bench_e2e\]" "$OUT/e2e_phases.log" | tail -n 20
+    python3 benchmark/phase_times_summary.py "$OUT/phases" --json "$OUT/phase_times.json"
+    gzip -f "$OUT/e2e_phases.log"
+    (cd "$OUT" && tar -czf phases.tar.gz phases && rm -rf phases)
     ls -la "$OUT"
     ;;
   shape)

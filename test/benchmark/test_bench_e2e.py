@@ -176,3 +176,16 @@ def test_a_test_plugin_modifier_puts_the_plugin_on_the_path(monkeypatch):
         assert "DDTREE_TEST_PIN_BUDGET" not in os.environ
     assert bench_e2e.engine_kwargs("ddtree:auto:8+fa3+pin0", "D", "triton") == bench_e2e.engine_kwargs(
         "ddtree:auto:8+fa3", "D", "triton")
+
+
+def test_the_phases_modifier_names_a_file_per_config(tmp_path, monkeypatch):
+    """``+phases``: the test plugin's phase times, written under $DDTREE_BENCH_PHASES_DIR, one prefix per config."""
+    monkeypatch.setenv(bench_e2e.PHASES_DIR_ENV, str(tmp_path / "phases"))
+    env = bench_e2e.engine_env("ddtree:auto:8+fa3+pin0+phases")
+    assert env["DDTREE_TEST_PHASE_TIMES"] == str(tmp_path / "phases" / "ddtree_auto_8_fa3_pin0_phases")
+    assert env["DDTREE_TEST_PIN_BUDGET"] == "0" and (tmp_path / "phases").is_dir()
+    assert bench_e2e.engine_env("plain+fa3+phases")["DDTREE_TEST_PHASE_TIMES"].endswith("plain_fa3_phases")
+    assert bench_e2e.engine_kwargs("plain+fa3+phases", "D", "triton") == bench_e2e.engine_kwargs("plain+fa3", "D",
+                                                                                                 "triton")
+    with pytest.raises(ValueError, match="unknown config modifier 'phase'.*phases"):
+        bench_e2e.engine_kwargs("plain+phase", "D", "triton")

@@ -103,3 +103,115 @@ def test_pin_budget_hook(monkeypatch):
     with pytest.raises(ValueError, match="not a bucket of this server"):
         test_hooks.after_choose_pin(7, auto, 8)
     test_hooks.configure(HookEnv())
+
+
+class _Mode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_decode(self):
+        return self.name == "DECODE"
+
+
+def _batch(mode):
+    return types.SimpleNamespace(forward_mode=_Mode(mode))
+
+
+def test_phase_times_count_decode_iterations_only(tmp_path):
+    """DDTREE_TEST_PHASE_TIMES's accumulators: an iteration runs from one ``run_batch`` to the next; only decode
+    iterations count, a period only between two decode ones; times are the wrapped calls' clock differences."""
+    from ddtree_test_hooks import phase_times
+
+    now = [0.0]
+    times = phase_times.PhaseTimes(str(tmp_path / "cfg"), clock=lambda: now[0])
+    run_batch, step = times.around("run_batch"), times.around("process_batch_result")
+
+    def run(_scheduler, batch, cost):
+        now[0] += cost
+        return batch.forward_mode.name
+
+    def process(cost):
+        now[0] += cost
+
+    # prefill (not counted), then three decode iterations 5 apart, then another prefill and one decode
+    assert run_batch(run, None, _batch("EXTEND"), 2.0) == "EXTEND"
+    process(1.0)
+    step(lambda *a: process(0.25), None)  # inside the prefill iteration: not counted
+    for _ in range(3):
+        run_batch(run, None, _batch("DECODE"), 3.0)
+        step(lambda *a: process(2.0), None)
+    times.gc_callback("start", {})
+    now[0] += 0.5
+    times.gc_callback("stop", {})  # a collection's pause inside a decode iteration
+    run_batch(run, None, _batch("EXTEND"), 1.0)
+    run_batch(run, None, _batch("DECODE"), 3.0)  # after a prefill: no period
+    s = times.summary()
+    assert s["targets"]["gc"] == {"calls": 1, "total_us": 0.5e6, "us_per_decode_iteration": 0.125e6}
+    assert s["iterations"] == {"extend": 2, "decode": 4}
+    assert s["period_us"] == {"count": 2, "median": 5e6, "mean": 5e6}
+    assert s["targets"]["run_batch"] == {"calls": 4, "total_us": 12e6, "us_per_decode_iteration": 3e6}
+    assert s["targets"]["process_batch_result"] == {"calls": 3, "total_us": 6e6, "us_per_decode_iteration": 1.5e6}
+    times.dump()
+    written = json.loads((tmp_path / f"cfg.{os.getpid()}.json").read_text())
+    assert written["targets"] == s["targets"]
+    idle = phase_times.PhaseTimes(str(tmp_path / "idle"))
+    idle.dump()  # a process that ran no batch (tokenizer, detokenizer) writes nothing
+    assert not list(tmp_path.glob("idle*"))
+
+
+def test_phase_times_hooks_are_registered_around_resolvable_targets(tmp_path, monkeypatch):
+    from sglang.srt.plugins.hook_registry import HookType
+
+    from ddtree_test_hooks import phase_times
+
+    prefix = str(tmp_path / "plain_fa3")
+    assert HookEnv.from_env({"DDTREE_TEST_PHASE_TIMES": prefix}) == HookEnv(phase_times=prefix)
+    assert HookEnv(phase_times=prefix).any
+    with pytest.raises(ValueError, match="its folder does not exist"):
+        HookEnv.from_env({"DDTREE_TEST_PHASE_TIMES": str(tmp_path / "missing" / "x")})
+    assert plugin_env(phase_times=prefix, base={})["DDTREE_TEST_PHASE_TIMES"] == prefix
+    monkeypatch.setattr(phase_times, "_TIMES", None)
+    monkeypatch.setattr(phase_times.atexit, "register", lambda fn: None)
+    monkeypatch.setattr(phase_times.gc, "callbacks", [])
+    calls = registrations(monkeypatch, {"DDTREE_TEST_PHASE_TIMES": prefix})
+    targets = [t for t, _, _ in calls]
+    assert {h for _, _, h in calls} == {HookType.AROUND}
+    # the scheduler loop, plain decoding's step, the round and the host waits all resolve in this SGLang
+    for name in (phase_times.RUN_BATCH, "sglang.srt.managers.scheduler.Scheduler.process_batch_result",
+                 "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
+                 "sglang_ddtree.worker.worker.DDTreeWorker._decode_round", "torch.cuda.streams.Event.synchronize"):
+        assert name in targets
+    assert phase_times.resolvable("sglang_ddtree.worker.worker.DDTreeWorker._verify")
+    assert not phase_times.resolvable("sglang_ddtree.worker.worker.DDTreeWorker.no_such_method")
+    assert not phase_times.resolvable("no_such_module.f")
+    assert set(targets) <= {t for t, _ in phase_times.TARGETS}
+
+
+def test_a_phase_timer_wraps_through_the_hook_registry(monkeypatch):
+    """The timer's AROUND contract is the registry's (``fn(original, *args, **kwargs)``), on a method and a function
+    of a throwaway module, patched and timed as SGLang's ``apply_hooks`` patches the real targets."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from ddtree_test_hooks import phase_times
+
+    mod = types.ModuleType("_ddtree_phase_probe")
+
+    class Loop:
+        def run_batch(self, batch):
+            return ("ran", batch.forward_mode.name)
+
+    def work(x, *, scale=1):
+        return x * scale
+
+    mod.Loop, mod.work = Loop, work
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    times = phase_times.PhaseTimes("unused")
+    for target, label in (("_ddtree_phase_probe.Loop.run_batch", "run_batch"), ("_ddtree_phase_probe.work", "work")):
+        HookRegistry._apply_target(target, [(HookType.AROUND, times.around(label), None)])
+    loop = mod.Loop()
+    assert loop.run_batch(_batch("DECODE")) == ("ran", "DECODE")
+    assert mod.work(3, scale=2) == 6
+    assert loop.run_batch(batch=_batch("EXTEND")) == ("ran", "EXTEND")
+    assert mod.work(1) == 1  # in a prefill iteration: not counted
+    assert times.iterations == {"decode": 1, "extend": 1}
+    assert times.calls == {"run_batch": 1, "work": 1}

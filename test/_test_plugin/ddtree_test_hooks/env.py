@@ -13,6 +13,8 @@ DDTREE_TEST_HYBRID_FAULT=<mode>        a deliberate hybrid-state fault (modes: `
 DDTREE_TEST_PIN_BUDGET=<bucket>        budget auto: every round verifies this bucket (0: no drafting; chainN: the
                                        chain bucket), whatever the policy chose (a diagnostic: a width-0 round profiled
                                        against plain decoding)
+DDTREE_TEST_PHASE_TIMES=<path>         time chosen scheduler / worker functions per decode iteration with perf_counter
+                                       (``phase_times``), written to <path>.<pid>.json: a profiler-free diagnostic
 DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
                                        and after every round that compiled another Triton specialisation of them
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
@@ -32,8 +34,9 @@ CYCLE_BUDGETS = "DDTREE_TEST_CYCLE_BUDGETS"
 HYBRID_FAULT = "DDTREE_TEST_HYBRID_FAULT"
 COMPILE_LOG = "DDTREE_TEST_COMPILE_LOG"
 PIN_BUDGET = "DDTREE_TEST_PIN_BUDGET"
+PHASE_TIMES = "DDTREE_TEST_PHASE_TIMES"
 ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT,
-            COMPILE_LOG, PIN_BUDGET)
+            COMPILE_LOG, PIN_BUDGET, PHASE_TIMES)
 CORRUPT_MODES = ("causal",)
 HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
@@ -50,11 +53,13 @@ class HookEnv:
     hybrid_fault: str = ""
     compile_log: str = ""
     pin_budget: int = -1  # -1: not pinned
+    phase_times: str = ""
 
     @property
     def any(self) -> bool:
         return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
-                    or self.cycle_budgets or self.hybrid_fault or self.compile_log or self.pin_budget >= 0)
+                    or self.cycle_budgets or self.hybrid_fault or self.compile_log or self.pin_budget >= 0
+                    or self.phase_times)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -68,7 +73,7 @@ class HookEnv:
             raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
                   verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1",
-                  hybrid_fault=get(HYBRID_FAULT), compile_log=get(COMPILE_LOG))
+                  hybrid_fault=get(HYBRID_FAULT), compile_log=get(COMPILE_LOG), phase_times=get(PHASE_TIMES))
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):
@@ -90,8 +95,9 @@ class HookEnv:
             if out.cycle_budgets:
                 raise ValueError(f"{PIN_BUDGET} and {CYCLE_BUDGETS} exclude each other.")
             out = dataclasses.replace(out, pin_budget=bucket)
-        if out.compile_log and not os.path.isdir(os.path.dirname(os.path.abspath(out.compile_log))):
-            raise ValueError(f"{COMPILE_LOG}={out.compile_log!r}: its folder does not exist.")
+        for var, path in ((COMPILE_LOG, out.compile_log), (PHASE_TIMES, out.phase_times)):
+            if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+                raise ValueError(f"{var}={path!r}: its folder does not exist.")
         rounds = get(VERIFY_DUMP_ROUNDS)
         if rounds:
             if not rounds.isdigit() or int(rounds) < 1:

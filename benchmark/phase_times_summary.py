@@ -1,0 +1,79 @@
+"""Side-by-side table of the ``+phases`` engines' phase times (``ddtree_test_hooks.phase_times``): microseconds per
+decode iteration of each timed function, and the decode period, per config.
+
+    python3 benchmark/phase_times_summary.py /tmp/ddtree_phases [--json out.json]
+
+Each engine's scheduler wrote ``<config>.<pid>.json`` (``bench_e2e.phases_path``); a config with several files (one
+per scheduler process: tp > 1) shows the first rank's (the lowest pid). Times are inclusive (``run_batch`` holds the
+worker's round) and wall-clock, so a function that waits for the GPU shows the wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+from typing import Dict
+
+
+def load(folder: str) -> Dict[str, dict]:
+    """{config name: its scheduler's summary} from ``folder``'s ``<config>.<pid>.json`` files."""
+    out: Dict[str, tuple] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        m = re.fullmatch(r"(.+)\.(\d+)\.json", os.path.basename(path))
+        if not m:
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        name, pid = m.group(1), int(m.group(2))
+        if name not in out or pid < out[name][0]:
+            out[name] = (pid, data)
+    return {name: data for name, (_, data) in out.items()}
+
+
+def table(runs: Dict[str, dict]) -> str:
+    """The printed table: one column per config, rows by the first config's largest times."""
+    names = list(runs)
+    if not names:
+        return "no phase-times files"
+    labels = []
+    for name in names:
+        for label in runs[name]["targets"]:
+            if label not in labels:
+                labels.append(label)
+    width = max(12, *(len(n) for n in names))
+    head = f"{'us per decode iteration':<40}" + "".join(f"{n:>{width + 2}}" for n in names)
+    rows = [head]
+    period = [runs[n]["period_us"]["median"] for n in names]
+    rows.append(f"{'period (median)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}"
+                                                       for p in period))
+    rows.append(f"{'decode iterations':<40}" + "".join(f"{runs[n]['iterations'].get('decode', 0):>{width + 2}}"
+                                                         for n in names))
+    for label in labels:
+        cells = []
+        for n in names:
+            t = runs[n]["targets"].get(label)
+            cells.append("-" if t is None or t["us_per_decode_iteration"] is None
+                         else f"{t['us_per_decode_iteration']:.1f} ({t['calls'] / max(1, runs[n]['iterations'].get('decode', 0)):.2g}x)")
+        rows.append(f"{label:<40}" + "".join(f"{c:>{width + 2}}" for c in cells))
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder")
+    ap.add_argument("--json", default=None, help="also write {config: summary} here")
+    args = ap.parse_args(argv)
+    runs = load(args.folder)
+    print(table(runs))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+    return 0 if runs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""DDTREE_TEST_PHASE_TIMES=<path>: where the scheduler process's wall time goes, per decode iteration, without a
+profiler (a diagnostic, the tests' plugin only).
+
+Why: the torch profiler with Python stacks inflates Python time about 2-3x, unevenly. Session 33's profiled tiny-pair
+runs at bs 16 put a width-0 round's whole iteration at 1.24x plain decoding's step, while the same engines unprofiled
+ran at 0.55x plain's throughput: something costs the unprofiled width-0 round time the profile does not show (a host
+wait is one candidate: with the CPU slowed by the profiler the GPU is always done first). These AROUND hooks time
+chosen functions with ``time.perf_counter`` (about a microsecond a call) and nothing else.
+
+What is written (``<path>.<pid>.json``, rewritten every ``DUMP_EVERY`` scheduler iterations and at exit):
+  iterations: the scheduler loop's iterations, one per ``Scheduler.run_batch``, split by the batch's forward mode;
+  period_us: from one decode ``run_batch`` start to the next one's, when both are decode (median, mean, count);
+  targets: per timed function, calls and total microseconds inside decode iterations (an iteration runs from its
+    ``run_batch`` start to the next one's: the previous batch's result processing and the next batch's scheduling
+    fall in it, as in the overlap loop). Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the
+    garbage collector's pauses (``gc.callbacks``), wherever they fell.
+Every target is optional: one that does not resolve in the installed SGLang is skipped (``resolvable``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import pkgutil
+import statistics
+import time
+from typing import Dict, List, Optional, Tuple
+
+RUN_BATCH = "sglang.srt.managers.scheduler.Scheduler.run_batch"
+# (target, label): the scheduler loop, plain decoding's step, the DDTREE round and its parts, the host waits
+TARGETS: Tuple[Tuple[str, str], ...] = (
+    (RUN_BATCH, "run_batch"),
+    ("sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run", "get_next_batch_to_run"),
+    ("sglang.srt.managers.scheduler.Scheduler.update_running_batch", "update_running_batch"),
+    ("sglang.srt.managers.scheduler.Scheduler.process_batch_result", "process_batch_result"),
+    ("sglang.srt.managers.scheduler.Scheduler.process_input_requests", "process_input_requests"),
+    ("sglang.srt.managers.scheduler.Scheduler.launch_batch_sample_if_needed", "launch_batch_sample_if_needed"),
+    ("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier", "_apply_war_barrier"),
+    ("sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer.stream_output",
+     "stream_output"),
+    ("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_decode", "ScheduleBatch.prepare_for_decode"),
+    ("sglang_ddtree.worker.info.DDTreeDraftInput.prepare_for_decode", "DDTreeDraftInput.prepare_for_decode"),
+    ("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation", "TpModelWorker.forward_batch_generation"),
+    ("sglang.srt.model_executor.model_runner.ModelRunner.forward", "ModelRunner.forward"),
+    ("sglang.srt.model_executor.model_runner.ModelRunner.sample", "ModelRunner.sample"),
+    ("sglang_ddtree.worker.worker.DDTreeWorker.forward_batch_generation", "DDTreeWorker.forward_batch_generation"),
+    ("sglang_ddtree.worker.worker.DDTreeWorker._decode_round", "_decode_round"),
+    ("sglang_ddtree.worker.worker.DDTreeWorker._verify", "_verify"),
+    ("sglang.srt.speculative.dflash_info.DFlashVerifyInput.prepare_for_verify", "prepare_for_verify"),
+    ("sglang_ddtree.worker.worker.assign_extend_cache_locs_func", "assign_extend_cache_locs"),
+    ("sglang_ddtree.worker.worker.greedy_accept_commit", "greedy_accept_commit"),
+    ("sglang_ddtree.worker.draft_kv_graph.DraftKVAppendGraphs.__call__", "draft_kv_append"),
+    ("sglang_ddtree.worker.worker.make_draft_input", "make_draft_input"),
+    ("sglang_ddtree.worker.widths.AutoWidth.choose", "AutoWidth.choose"),
+    ("sglang_ddtree.worker.widths.AutoWidth.begin", "AutoWidth.begin"),
+    ("sglang_ddtree.worker.widths.AutoWidth.finish", "AutoWidth.finish"),
+    ("torch.cuda.streams.Event.synchronize", "Event.synchronize"),
+    ("torch.cuda.streams.Stream.synchronize", "Stream.synchronize"),
+)
+DUMP_EVERY = 64  # scheduler iterations between rewrites of the JSON file
+
+
+def resolvable(target: str) -> bool:
+    """Whether ``target`` (module path + attribute) names something in this process's packages."""
+    owner, _, attr = target.rpartition(".")
+    try:
+        return hasattr(pkgutil.resolve_name(owner), attr)
+    except Exception:
+        return False
+
+
+class PhaseTimes:
+    """The accumulators of one process (``clock``: seconds, ``time.perf_counter`` in serving)."""
+
+    def __init__(self, path: str, clock=time.perf_counter):
+        self.path, self.clock = path, clock
+        self.calls: Dict[str, int] = {}
+        self.total_s: Dict[str, float] = {}
+        self.iterations: Dict[str, int] = {}
+        self.periods_s: List[float] = []
+        self._decode = False  # the current iteration's batch is a decode batch
+        self._last_decode_start: Optional[float] = None
+        self._since_dump = 0
+        self._gc_start: Optional[float] = None
+
+    def begin_iteration(self, batch, now: float) -> None:
+        """A ``run_batch`` starts: a new iteration (decode or not) and, between two decode ones, a period."""
+        mode = getattr(batch, "forward_mode", None)
+        is_decode = bool(mode is not None and mode.is_decode())
+        name = "decode" if is_decode else (getattr(mode, "name", None) or "other").lower()
+        self.iterations[name] = self.iterations.get(name, 0) + 1
+        if is_decode and self._decode and self._last_decode_start is not None:
+            self.periods_s.append(now - self._last_decode_start)
+        self._decode = is_decode
+        self._last_decode_start = now if is_decode else None
+        self._since_dump += 1
+        if self._since_dump >= DUMP_EVERY:
+            self._since_dump = 0
+            self.dump()
+
+    def add(self, label: str, seconds: float) -> None:
+        if not self._decode:
+            return
+        self.calls[label] = self.calls.get(label, 0) + 1
+        self.total_s[label] = self.total_s.get(label, 0.0) + seconds
+
+    def gc_callback(self, phase: str, info: dict) -> None:
+        """``gc.callbacks`` entry: a collection's pause counts as target ``gc``."""
+        if phase == "start":
+            self._gc_start = self.clock()
+        elif self._gc_start is not None:
+            self.add("gc", self.clock() - self._gc_start)
+            self._gc_start = None
+
+    def around(self, label: str):
+        """The AROUND hook of one target: times the call; ``run_batch`` also starts an iteration."""
+        clock = self.clock
+
+        def hook(original, *args, **kwargs):
+            t0 = clock()
+            if label == "run_batch":
+                self.begin_iteration(args[1] if len(args) > 1 else kwargs.get("batch"), t0)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.add(label, clock() - t0)
+
+        hook.__name__ = f"phase_time_{label}"
+        return hook
+
+    def summary(self) -> dict:
+        periods = [p * 1e6 for p in self.periods_s]
+        decode = self.iterations.get("decode", 0)
+        return {
+            "format": 1, "pid": os.getpid(), "iterations": dict(self.iterations),
+            "period_us": {"count": len(periods), "median": statistics.median(periods) if periods else None,
+                          "mean": statistics.fmean(periods) if periods else None},
+            "targets": {label: {"calls": self.calls[label], "total_us": round(self.total_s[label] * 1e6, 1),
+                                "us_per_decode_iteration": round(self.total_s[label] * 1e6 / decode, 1)
+                                if decode else None}
+                        for label in sorted(self.calls, key=lambda k: -self.total_s[k])},
+        }
+
+    def dump(self) -> None:
+        """Write the summary (a process that ran no batch, e.g. the tokenizer's, writes nothing)."""
+        if not self.iterations:
+            return
+        tmp = f"{self.path}.{os.getpid()}.json.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.summary(), f, indent=1)
+        os.replace(tmp, f"{self.path}.{os.getpid()}.json")
+
+
+_TIMES: Optional[PhaseTimes] = None
+
+
+def planned(path: str) -> List[Tuple[str, object]]:
+    """[(target, AROUND hook)] for every resolvable target; the process's accumulators write to ``path``."""
+    global _TIMES
+    if _TIMES is None:
+        _TIMES = PhaseTimes(path)
+        atexit.register(_TIMES.dump)
+        gc.callbacks.append(_TIMES.gc_callback)
+    return [(target, _TIMES.around(label)) for target, label in TARGETS if resolvable(target)]

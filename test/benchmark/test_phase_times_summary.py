@@ -1,0 +1,39 @@
+"""benchmark/phase_times_summary.py: the ``+phases`` engines' files side by side, the first rank per config."""
+
+import json
+
+from _scripts import cli, load
+
+summary = load("phase_times_summary")
+
+
+def _write(folder, name, pid, period, targets, decode=10):
+    data = {"format": 1, "pid": pid, "iterations": {"decode": decode, "extend": 1},
+            "period_us": {"count": decode - 1, "median": period, "mean": period},
+            "targets": {k: {"calls": c, "total_us": us * decode, "us_per_decode_iteration": us}
+                        for k, (c, us) in targets.items()}}
+    (folder / f"{name}.{pid}.json").write_text(json.dumps(data))
+
+
+def test_table_and_json(tmp_path):
+    _write(tmp_path, "plain_fa3_phases", 300, 1500.0, {"run_batch": (10, 900.0), "Event.synchronize": (10, 50.0)})
+    _write(tmp_path, "ddtree_auto_8_fa3_pin0_phases", 400, 3000.0,
+           {"run_batch": (10, 1900.0), "_decode_round": (10, 1700.0)})
+    _write(tmp_path, "ddtree_auto_8_fa3_pin0_phases", 401, 9.0, {"run_batch": (10, 1.0)})  # a second rank: not shown
+    (tmp_path / "notes.json").write_text("{}")  # not an engine's file
+    runs = summary.load(str(tmp_path))
+    assert sorted(runs) == ["ddtree_auto_8_fa3_pin0_phases", "plain_fa3_phases"]
+    assert runs["ddtree_auto_8_fa3_pin0_phases"]["pid"] == 400
+    text = summary.table(runs)
+    lines = {line.split()[0]: line for line in text.splitlines()[1:]}
+    assert "1500.0" in lines["period"] and "3000.0" in lines["period"]
+    assert "900.0 (1x)" in lines["run_batch"] and "1900.0 (1x)" in lines["run_batch"]
+    assert list(runs) == ["ddtree_auto_8_fa3_pin0_phases", "plain_fa3_phases"]  # the columns' order
+    assert lines["_decode_round"].split()[1:] == ["1700.0", "(1x)", "-"]  # plain decoding has no round of ours
+    out = tmp_path / "out.json"
+    done = cli("phase_times_summary", str(tmp_path), "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "Event.synchronize" in done.stdout and json.loads(out.read_text()).keys() == runs.keys()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli("phase_times_summary", str(empty)).returncode == 1
