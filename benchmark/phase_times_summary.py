@@ -50,6 +50,11 @@ def table(runs: Dict[str, dict]) -> str:
     period = [runs[n]["period_us"]["median"] for n in names]
     rows.append(f"{'period (median)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}"
                                                        for p in period))
+    means = [runs[n]["period_us"]["mean"] for n in names]
+    rows.append(f"{'period (mean)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}" for p in means))
+    loops = [runs[n].get("loop_steps_us_per_decode_iteration") for n in names]
+    rows.append(f"{'loop steps (sum)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}"
+                                                        for p in loops))
     rows.append(f"{'decode iterations':<40}" + "".join(f"{runs[n]['iterations'].get('decode', 0):>{width + 2}}"
                                                          for n in names))
     for label in labels:

@@ -10,6 +10,8 @@ chosen functions with ``time.perf_counter`` (about a microsecond a call) and not
 What is written (``<path>.<pid>.json``, rewritten every ``DUMP_EVERY`` scheduler iterations and at exit):
   iterations: the scheduler loop's iterations, one per ``Scheduler.run_batch``, split by the batch's forward mode;
   period_us: from one decode ``run_batch`` start to the next one's, when both are decode (median, mean, count);
+  loop_steps_us_per_decode_iteration: the overlap loop's own steps (``LOOP_STEPS``) summed, per decode iteration
+    (against the period's mean: what none of them holds);
   targets: per timed function, calls and total microseconds inside decode iterations (an iteration runs from its
     ``run_batch`` start to the next one's: the previous batch's result processing and the next batch's scheduling
     fall in it, as in the overlap loop). Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the
@@ -36,6 +38,11 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("sglang.srt.managers.scheduler.Scheduler.update_running_batch", "update_running_batch"),
     ("sglang.srt.managers.scheduler.Scheduler.process_batch_result", "process_batch_result"),
     ("sglang.srt.managers.scheduler.Scheduler.process_input_requests", "process_input_requests"),
+    ("sglang.srt.managers.scheduler_components.request_receiver.SchedulerRequestReceiver.recv_requests",
+     "recv_requests"),
+    ("sglang.srt.managers.scheduler.Scheduler.on_idle", "on_idle"),
+    ("sglang.srt.managers.overlap_utils.FutureMap.resolve_seq_lens_cpu", "FutureMap.resolve_seq_lens_cpu"),
+    ("sglang.srt.managers.overlap_utils.FutureMap.publish", "FutureMap.publish"),
     ("sglang.srt.managers.scheduler.Scheduler.launch_batch_sample_if_needed", "launch_batch_sample_if_needed"),
     ("sglang.srt.managers.scheduler.Scheduler._apply_war_barrier", "_apply_war_barrier"),
     ("sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer.stream_output",
@@ -59,6 +66,10 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("torch.cuda.streams.Event.synchronize", "Event.synchronize"),
     ("torch.cuda.streams.Stream.synchronize", "Stream.synchronize"),
 )
+# the overlap loop's own steps (``Scheduler.event_loop_overlap``): their sum against the period says how much of an
+# iteration none of them holds
+LOOP_STEPS = ("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch", "process_batch_result",
+              "launch_batch_sample_if_needed", "_apply_war_barrier", "on_idle")
 DUMP_EVERY = 64  # scheduler iterations between rewrites of the JSON file
 
 
@@ -133,8 +144,10 @@ class PhaseTimes:
     def summary(self) -> dict:
         periods = [p * 1e6 for p in self.periods_s]
         decode = self.iterations.get("decode", 0)
+        loop = sum(self.total_s.get(k, 0.0) for k in LOOP_STEPS) * 1e6
         return {
             "format": 1, "pid": os.getpid(), "iterations": dict(self.iterations),
+            "loop_steps_us_per_decode_iteration": round(loop / decode, 1) if decode else None,
             "period_us": {"count": len(periods), "median": statistics.median(periods) if periods else None,
                           "mean": statistics.fmean(periods) if periods else None},
             "targets": {label: {"calls": self.calls[label], "total_us": round(self.total_s[label] * 1e6, 1),
