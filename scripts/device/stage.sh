@@ -12,7 +12,8 @@
 # Make the calls back to back: the machine is given back after 30 s idle and what was staged is lost.
 # The SGLang bundle likewise: one call carrying [".device"] that sources .device/env.sh unpacks it into /tmp/site
 # (marked installed); later calls on the same warm machine need carry only [".device/env.sh"] (+ ".fa3/sha.txt"),
-# which leaves the checkout the whole 64 MiB (session 29: checkout ~22 MB + .device ~45 MB was over the limit).
+# which leaves the checkout the whole 64 MiB (session 29: checkout ~22 MB + .device ~45 MB was over the limit;
+# `bash scripts/device/make_room.sh out` before that first call moves the largest result files aside, `... back` after).
 # A call refused as larger than 64 MiB: the checkout grew; `bash scripts/device/fit_fa3_parts.sh` re-splits the parts
 # to fit beside it (here, before the calls).
 set -eu
