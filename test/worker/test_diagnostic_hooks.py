@@ -201,18 +201,24 @@ def test_a_phase_timer_wraps_through_the_hook_registry(monkeypatch):
         def run_batch(self, batch):
             return ("ran", batch.forward_mode.name)
 
+        @classmethod
+        def init_new(cls, n):  # a classmethod target, as ``ForwardBatch.init_new``
+            return (cls.__name__, n)
+
     def work(x, *, scale=1):
         return x * scale
 
     mod.Loop, mod.work = Loop, work
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
     times = phase_times.PhaseTimes("unused")
-    for target, label in (("_ddtree_phase_probe.Loop.run_batch", "run_batch"), ("_ddtree_phase_probe.work", "work")):
+    for target, label in (("_ddtree_phase_probe.Loop.run_batch", "run_batch"), ("_ddtree_phase_probe.work", "work"),
+                          ("_ddtree_phase_probe.Loop.init_new", "init_new")):
         HookRegistry._apply_target(target, [(HookType.AROUND, times.around(label), None)])
     loop = mod.Loop()
     assert loop.run_batch(_batch("DECODE")) == ("ran", "DECODE")
     assert mod.work(3, scale=2) == 6
+    assert mod.Loop.init_new(5) == ("Loop", 5) and loop.init_new(6) == ("Loop", 6)
     assert loop.run_batch(batch=_batch("EXTEND")) == ("ran", "EXTEND")
     assert mod.work(1) == 1  # in a prefill iteration: not counted
     assert times.iterations == {"decode": 1, "extend": 1}
-    assert times.calls == {"run_batch": 1, "work": 1}
+    assert times.calls == {"run_batch": 1, "work": 1, "init_new": 2}
