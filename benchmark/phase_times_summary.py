@@ -55,6 +55,16 @@ def table(runs: Dict[str, dict]) -> str:
     loops = [runs[n].get("loop_steps_us_per_decode_iteration") for n in names]
     rows.append(f"{'loop steps (sum)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}"
                                                         for p in loops))
+    spans = [runs[n].get("span_us") for n in names]
+    rows.append(f"{'span, first to last run_batch (us)':<40}" + "".join(f"{'-' if p is None else f'{p:.0f}':>{width + 2}}"
+                                                                      for p in spans))
+    keys = []
+    for n in names:
+        keys += [k for k in runs[n].get("transitions_us", {}) if k not in keys]
+    for key in keys:
+        vals = [runs[n].get("transitions_us", {}).get(key) for n in names]
+        rows.append(f"{'  ' + key + ' (us, total)':<40}" + "".join(f"{'-' if p is None else f'{p:.0f}':>{width + 2}}"
+                                                                  for p in vals))
     rows.append(f"{'decode iterations':<40}" + "".join(f"{runs[n]['iterations'].get('decode', 0):>{width + 2}}"
                                                          for n in names))
     for label in labels:

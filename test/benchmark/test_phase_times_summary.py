@@ -11,6 +11,7 @@ def _write(folder, name, pid, period, targets, decode=10):
     data = {"format": 1, "pid": pid, "iterations": {"decode": decode, "extend": 1},
             "period_us": {"count": decode - 1, "median": period, "mean": period},
             "loop_steps_us_per_decode_iteration": sum(us for k, (c, us) in targets.items() if k == "run_batch"),
+            "span_us": period * decode, "transitions_us": {"decode->decode": period * (decode - 1)},
             "targets": {k: {"calls": c, "total_us": us * decode, "us_per_decode_iteration": us}
                         for k, (c, us) in targets.items()}}
     (folder / f"{name}.{pid}.json").write_text(json.dumps(data))
@@ -28,6 +29,7 @@ def test_table_and_json(tmp_path):
     text = summary.table(runs)
     lines = {line.split()[0]: line for line in text.splitlines()[1:]}
     assert "1500.0" in lines["period"] and "3000.0" in lines["period"]
+    assert "decode->decode" in text and "27000" in text  # the width-0 engine's periods, 3000 x 9
     assert "(sum)" in text and "900.0" in [line for line in text.splitlines() if line.startswith("loop steps")][0]
     assert "900.0 (1x)" in lines["run_batch"] and "1900.0 (1x)" in lines["run_batch"]
     assert list(runs) == ["ddtree_auto_8_fa3_pin0_phases", "plain_fa3_phases"]  # the columns' order

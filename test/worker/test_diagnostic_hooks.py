@@ -148,6 +148,9 @@ def test_phase_times_count_decode_iterations_only(tmp_path):
     s = times.summary()
     assert s["targets"]["gc"] == {"calls": 1, "total_us": 0.5e6, "us_per_decode_iteration": 0.125e6}
     assert s["loop_steps_us_per_decode_iteration"] == 4.5e6  # run_batch 12 + process_batch_result 6 over 4
+    # prefill 3.25 s, then decode 5 + 5 + (5.5 with the pause) up to the next prefill, whose iteration is 1 s
+    assert s["transitions_us"] == {"decode->decode": 10e6, "decode->extend": 5.5e6, "extend->decode": 3.25e6 + 1e6}
+    assert s["span_us"] == 3.25e6 + 10e6 + 5.5e6 + 1e6
     assert s["iterations"] == {"extend": 2, "decode": 4}
     assert s["period_us"] == {"count": 2, "median": 5e6, "mean": 5e6}
     assert s["targets"]["run_batch"] == {"calls": 4, "total_us": 12e6, "us_per_decode_iteration": 3e6}

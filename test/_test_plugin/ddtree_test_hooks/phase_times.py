@@ -12,6 +12,9 @@ What is written (``<path>.<pid>.json``, rewritten every ``DUMP_EVERY`` scheduler
   period_us: from one decode ``run_batch`` start to the next one's, when both are decode (median, mean, count);
   loop_steps_us_per_decode_iteration: the overlap loop's own steps (``LOOP_STEPS``) summed, per decode iteration
     (against the period's mean: what none of them holds);
+  span_us, transitions_us: from the first ``run_batch`` to the last, and that wall time split by (iteration's mode ->
+    next iteration's mode): decode->decode is every period, decode->extend a wave's last round with what follows it
+    (an idle wait for the next requests), extend->decode a prefill;
   targets: per timed function, calls and total microseconds inside decode iterations (an iteration runs from its
     ``run_batch`` start to the next one's: the previous batch's result processing and the next batch's scheduling
     fall in it, as in the overlap loop). Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the
@@ -101,6 +104,11 @@ class PhaseTimes:
         self.periods_s: List[float] = []
         self._decode = False  # the current iteration's batch is a decode batch
         self._last_decode_start: Optional[float] = None
+        # wall time from one iteration's start to the next one's, by (this mode -> next mode): decode -> decode is
+        # the periods' sum; decode -> extend holds a wave's end (with any idle wait before the next prefill)
+        self.transitions_s: Dict[str, float] = {}
+        self._last: Optional[Tuple[str, float]] = None  # (mode, start) of the latest iteration
+        self._first_start: Optional[float] = None
         self._since_dump = 0
         self._gc_start: Optional[float] = None
 
@@ -110,6 +118,12 @@ class PhaseTimes:
         is_decode = bool(mode is not None and mode.is_decode())
         name = "decode" if is_decode else (getattr(mode, "name", None) or "other").lower()
         self.iterations[name] = self.iterations.get(name, 0) + 1
+        if self._last is not None:
+            key = f"{self._last[0]}->{name}"
+            self.transitions_s[key] = self.transitions_s.get(key, 0.0) + (now - self._last[1])
+        else:
+            self._first_start = now
+        self._last = (name, now)
         if is_decode and self._decode and self._last_decode_start is not None:
             self.periods_s.append(now - self._last_decode_start)
         self._decode = is_decode
@@ -156,6 +170,8 @@ class PhaseTimes:
         return {
             "format": 1, "pid": os.getpid(), "iterations": dict(self.iterations),
             "loop_steps_us_per_decode_iteration": round(loop / decode, 1) if decode else None,
+            "span_us": round((self._last[1] - self._first_start) * 1e6, 1) if self._last else None,
+            "transitions_us": {k: round(v * 1e6, 1) for k, v in sorted(self.transitions_s.items())},
             "period_us": {"count": len(periods), "median": statistics.median(periods) if periods else None,
                           "mean": statistics.fmean(periods) if periods else None},
             "targets": {label: {"calls": self.calls[label], "total_us": round(self.total_s[label] * 1e6, 1),
