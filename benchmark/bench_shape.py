@@ -200,7 +200,6 @@ def _hybrid_shape_configs(name: str) -> tuple[dict, dict]:
     return target, draft
 
 
-
 # ---- memory ------------------------------------------------------------------------------------
 def _kv_bytes_per_token(cfg: dict) -> int:
     return cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2  # K and V, bf16
@@ -251,6 +250,7 @@ def memory_shortfall(shape: str, configs, max_total_tokens: int, total_gib):
     return (f"{len(configs)} engines of {shape} stay alive together and need at least {sum(floors):.1f} GiB "
             f"(weights + KV at --max-total-tokens {max_total_tokens}), more than the GPU's {total_gib:.1f} GiB: "
             f"pass fewer --configs or a smaller --max-total-tokens")
+
 
 # The drafter's weights (--draft-weights). With SGLang's dummy initialisation a DFlash drafter drafts one token 15
 # times, the same token in every request (session 20, results/session20/dummy_drafts.py), and one GEMM over such rows

@@ -45,35 +45,34 @@ def table(runs: Dict[str, dict]) -> str:
             if label not in labels:
                 labels.append(label)
     width = max(12, *(len(n) for n in names))
-    head = f"{'us per decode iteration':<40}" + "".join(f"{n:>{width + 2}}" for n in names)
-    rows = [head]
-    period = [runs[n]["period_us"]["median"] for n in names]
-    rows.append(f"{'period (median)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}"
-                                                       for p in period))
-    means = [runs[n]["period_us"]["mean"] for n in names]
-    rows.append(f"{'period (mean)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}" for p in means))
-    loops = [runs[n].get("loop_steps_us_per_decode_iteration") for n in names]
-    rows.append(f"{'loop steps (sum)':<40}" + "".join(f"{'-' if p is None else f'{p:.1f}':>{width + 2}}"
-                                                        for p in loops))
-    spans = [runs[n].get("span_us") for n in names]
-    rows.append(f"{'span, first to last run_batch (us)':<40}" + "".join(f"{'-' if p is None else f'{p:.0f}':>{width + 2}}"
-                                                                      for p in spans))
+
+    def row(label, cells):
+        return f"{label:<40}" + "".join(f"{c:>{width + 2}}" for c in cells)
+
+    def numbers(label, values, digits=1):
+        return row(label, ["-" if v is None else f"{v:.{digits}f}" for v in values])
+
+    def decode_iterations(n):
+        return runs[n]["iterations"].get("decode", 0)
+
+    rows = [row("us per decode iteration", names),
+            numbers("period (median)", [runs[n]["period_us"]["median"] for n in names]),
+            numbers("period (mean)", [runs[n]["period_us"]["mean"] for n in names]),
+            numbers("loop steps (sum)", [runs[n].get("loop_steps_us_per_decode_iteration") for n in names]),
+            numbers("span, first to last run_batch (us)", [runs[n].get("span_us") for n in names], 0)]
     keys = []
     for n in names:
         keys += [k for k in runs[n].get("transitions_us", {}) if k not in keys]
-    for key in keys:
-        vals = [runs[n].get("transitions_us", {}).get(key) for n in names]
-        rows.append(f"{'  ' + key + ' (us, total)':<40}" + "".join(f"{'-' if p is None else f'{p:.0f}':>{width + 2}}"
-                                                                  for p in vals))
-    rows.append(f"{'decode iterations':<40}" + "".join(f"{runs[n]['iterations'].get('decode', 0):>{width + 2}}"
-                                                         for n in names))
+    rows += [numbers(f"  {key} (us, total)", [runs[n].get("transitions_us", {}).get(key) for n in names], 0)
+             for key in keys]
+    rows.append(row("decode iterations", [decode_iterations(n) for n in names]))
     for label in labels:
         cells = []
         for n in names:
             t = runs[n]["targets"].get(label)
             cells.append("-" if t is None or t["us_per_decode_iteration"] is None
-                         else f"{t['us_per_decode_iteration']:.1f} ({t['calls'] / max(1, runs[n]['iterations'].get('decode', 0)):.2g}x)")
-        rows.append(f"{label:<40}" + "".join(f"{c:>{width + 2}}" for c in cells))
+                         else f"{t['us_per_decode_iteration']:.1f} ({t['calls'] / max(1, decode_iterations(n)):.2g}x)")
+        rows.append(row(label, cells))
     return "\n".join(rows)
 
 

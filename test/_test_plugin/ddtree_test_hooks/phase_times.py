@@ -102,8 +102,6 @@ class PhaseTimes:
         self.total_s: Dict[str, float] = {}
         self.iterations: Dict[str, int] = {}
         self.periods_s: List[float] = []
-        self._decode = False  # the current iteration's batch is a decode batch
-        self._last_decode_start: Optional[float] = None
         # wall time from one iteration's start to the next one's, by (this mode -> next mode): decode -> decode is
         # the periods' sum; decode -> extend holds a wave's end (with any idle wait before the next prefill)
         self.transitions_s: Dict[str, float] = {}
@@ -121,20 +119,18 @@ class PhaseTimes:
         if self._last is not None:
             key = f"{self._last[0]}->{name}"
             self.transitions_s[key] = self.transitions_s.get(key, 0.0) + (now - self._last[1])
+            if key == "decode->decode":
+                self.periods_s.append(now - self._last[1])
         else:
             self._first_start = now
         self._last = (name, now)
-        if is_decode and self._decode and self._last_decode_start is not None:
-            self.periods_s.append(now - self._last_decode_start)
-        self._decode = is_decode
-        self._last_decode_start = now if is_decode else None
         self._since_dump += 1
         if self._since_dump >= DUMP_EVERY:
             self._since_dump = 0
             self.dump()
 
     def add(self, label: str, seconds: float) -> None:
-        if not self._decode:
+        if self._last is None or self._last[0] != "decode":  # only inside decode iterations
             return
         self.calls[label] = self.calls.get(label, 0) + 1
         self.total_s[label] = self.total_s.get(label, 0.0) + seconds
