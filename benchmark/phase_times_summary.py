@@ -73,7 +73,25 @@ def table(runs: Dict[str, dict]) -> str:
             cells.append("-" if t is None or t["us_per_decode_iteration"] is None
                          else f"{t['us_per_decode_iteration']:.1f} ({t['calls'] / max(1, decode_iterations(n)):.2g}x)")
         rows.append(row(label, cells))
+    rows += sync_rows(runs)
     return "\n".join(rows)
+
+
+def sync_rows(runs: Dict[str, dict], top: int = 8) -> list:
+    """The ``+syncwatch`` engines' synchronizing CUDA calls: per watched decode iteration, the allocator's device
+    allocations over the window, and each config's most frequent call sites."""
+    out = []
+    for name, run in runs.items():
+        watch = run.get("sync_watch")
+        if not watch:
+            continue
+        n = max(1, watch["watched_decode_iterations"])
+        out.append(f"\n{name}: {watch['syncs']} synchronizing CUDA calls in {watch['watched_decode_iterations']} "
+                   f"watched decode iterations ({watch['syncs'] / n:.2f} per iteration); allocator "
+                   f"{watch.get('allocator')}")
+        for site, count in list(watch["sites"].items())[:top]:
+            out.append(f"  {count / n:8.2f}/it  {site}")
+    return out
 
 
 def main(argv=None) -> int:

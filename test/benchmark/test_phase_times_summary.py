@@ -41,3 +41,18 @@ def test_table_and_json(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cli("phase_times_summary", str(empty)).returncode == 1
+
+
+def test_sync_watch_rows(tmp_path):
+    """A ``+syncwatch`` engine's file adds its synchronizing calls per watched iteration and its top call sites."""
+    _write(tmp_path, "plain_fa3_syncwatch", 300, 1500.0, {"run_batch": (10, 900.0)})
+    path = tmp_path / "plain_fa3_syncwatch.300.json"
+    data = json.loads(path.read_text())
+    data["sync_watch"] = {"after_decode_iterations": 32, "watched_decode_iterations": 4, "syncs": 6,
+                          "allocator": {"num_device_alloc": 0}, "sites": {"a.py:1 f": 4, "b.py:2 g": 2}}
+    path.write_text(json.dumps(data))
+    _write(tmp_path, "dflash_fa3_phases", 400, 2000.0, {"run_batch": (10, 1000.0)})  # no watch: no rows
+    text = summary.table(summary.load(str(tmp_path)))
+    assert "plain_fa3_syncwatch: 6 synchronizing CUDA calls in 4 watched decode iterations (1.50 per iteration)" in text
+    assert "1.00/it  a.py:1 f" in text and "0.50/it  b.py:2 g" in text
+    assert "dflash_fa3_phases:" not in text

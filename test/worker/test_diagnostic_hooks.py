@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import types
+import warnings
 
 import pytest
 
@@ -146,15 +147,17 @@ def test_phase_times_count_decode_iterations_only(tmp_path):
     run_batch(run, None, _batch("EXTEND"), 1.0)
     run_batch(run, None, _batch("DECODE"), 3.0)  # after a prefill: no period
     s = times.summary()
-    assert s["targets"]["gc"] == {"calls": 1, "total_us": 0.5e6, "us_per_decode_iteration": 0.125e6}
+    assert s["targets"]["gc"] == {"calls": 1, "total_us": 0.5e6, "us_per_decode_iteration": 0.125e6, "max_us": 0.5e6}
     assert s["loop_steps_us_per_decode_iteration"] == 4.5e6  # run_batch 12 + process_batch_result 6 over 4
     # prefill 3.25 s, then decode 5 + 5 + (5.5 with the pause) up to the next prefill, whose iteration is 1 s
     assert s["transitions_us"] == {"decode->decode": 10e6, "decode->extend": 5.5e6, "extend->decode": 3.25e6 + 1e6}
     assert s["span_us"] == 3.25e6 + 10e6 + 5.5e6 + 1e6
     assert s["iterations"] == {"extend": 2, "decode": 4}
     assert s["period_us"] == {"count": 2, "median": 5e6, "mean": 5e6}
-    assert s["targets"]["run_batch"] == {"calls": 4, "total_us": 12e6, "us_per_decode_iteration": 3e6}
-    assert s["targets"]["process_batch_result"] == {"calls": 3, "total_us": 6e6, "us_per_decode_iteration": 1.5e6}
+    assert s["targets"]["run_batch"] == {"calls": 4, "total_us": 12e6, "us_per_decode_iteration": 3e6, "max_us": 3e6}
+    assert s["targets"]["process_batch_result"] == {"calls": 3, "total_us": 6e6, "us_per_decode_iteration": 1.5e6,
+                                                    "max_us": 2e6}
+    assert "sync_watch" not in s
     times.dump()
     written = json.loads((tmp_path / f"cfg.{os.getpid()}.json").read_text())
     assert written["targets"] == s["targets"]
@@ -189,6 +192,77 @@ def test_phase_times_hooks_are_registered_around_resolvable_targets(tmp_path, mo
     assert not phase_times.resolvable("sglang_ddtree.worker.worker.DDTreeWorker.no_such_method")
     assert not phase_times.resolvable("no_such_module.f")
     assert set(targets) <= {t for t, _ in phase_times.TARGETS}
+
+
+class _FakeCuda:
+    """``torch.cuda``'s two calls the sync watch makes, on a machine without a GPU."""
+
+    def __init__(self):
+        self.mode, self.allocs = None, 0
+
+    def set_sync_debug_mode(self, mode):
+        self.mode = mode
+
+    def memory_stats(self):
+        return {"num_device_alloc": self.allocs, "num_device_free": 1, "num_alloc_retries": 0}
+
+
+def _synchronizing_call():
+    warnings.warn("called a synchronizing CUDA operation", UserWarning)
+
+
+def test_sync_watch_counts_synchronizing_calls_by_site_after_the_first_iterations(tmp_path, monkeypatch):
+    """DDTREE_TEST_SYNC_WATCH: nothing is counted before ``after`` decode iterations; then sync debug mode is on and
+    each of torch's sync warnings is counted at its caller (every one, not once per site), other warnings pass
+    through, and the allocator's counters are differences over the watched window."""
+    from ddtree_test_hooks import phase_times
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))
+    cuda = _FakeCuda()
+    times = phase_times.PhaseTimes(str(tmp_path / "cfg"))
+    times.sync_watch = phase_times.SyncWatch(cuda, after=2)
+    run_batch = times.around("run_batch")
+    for i in range(2):
+        run_batch(lambda *a: None, None, _batch("DECODE"))
+        assert cuda.mode is None
+    run_batch(lambda *a: None, None, _batch("EXTEND"))  # not a decode iteration: does not start the watch
+    assert cuda.mode is None
+    run_batch(lambda *a: None, None, _batch("DECODE"))
+    assert cuda.mode == "warn"
+    cuda.allocs = 3
+    for _ in range(3):
+        _synchronizing_call()
+    passed = []
+    monkeypatch.setattr(times.sync_watch, "_previous_showwarning", lambda *a, **k: passed.append(str(a[0])))
+    warnings.warn("something else", UserWarning)
+    s = times.summary()["sync_watch"]
+    assert s["after_decode_iterations"] == 2 and s["watched_decode_iterations"] == 1
+    assert s["syncs"] == 3 and passed == ["something else"]
+    (site, count), = s["sites"].items()
+    assert count == 3 and site.startswith("test_diagnostic_hooks.py:") and "_synchronizing_call" in site
+    assert s["allocator"] == {"num_device_alloc": 3, "num_device_free": 0, "num_alloc_retries": 0,
+                              "num_sync_all_streams": 0}
+
+
+def test_sync_watch_env_and_hooks(tmp_path, monkeypatch):
+    """The sync watch is its own variable, excludes the full phase timer and times only the loop and the waits."""
+    from ddtree_test_hooks import phase_times
+
+    prefix = str(tmp_path / "pin0")
+    assert HookEnv.from_env({"DDTREE_TEST_SYNC_WATCH": prefix}) == HookEnv(sync_watch=prefix)
+    assert HookEnv(sync_watch=prefix).any
+    with pytest.raises(ValueError, match="exclude each other"):
+        HookEnv.from_env({"DDTREE_TEST_SYNC_WATCH": prefix, "DDTREE_TEST_PHASE_TIMES": prefix})
+    assert plugin_env(sync_watch=prefix, base={})["DDTREE_TEST_SYNC_WATCH"] == prefix
+    monkeypatch.setattr(phase_times, "_TIMES", None)
+    monkeypatch.setattr(phase_times.atexit, "register", lambda fn: None)
+    monkeypatch.setattr(phase_times.gc, "callbacks", [])
+    calls = registrations(monkeypatch, {"DDTREE_TEST_SYNC_WATCH": prefix})
+    targets = {t for t, _, _ in calls}
+    assert phase_times.RUN_BATCH in targets and "torch.cuda.streams.Event.synchronize" in targets
+    assert "sglang_ddtree.worker.worker.DDTreeWorker._decode_round" not in targets
+    assert phase_times._TIMES.sync_watch is not None
 
 
 def test_a_phase_timer_wraps_through_the_hook_registry(monkeypatch):

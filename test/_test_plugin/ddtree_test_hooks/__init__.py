@@ -13,7 +13,8 @@ declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in ev
           Triton compiles after the start-up warm-up, logged (``compile_watch``).
   HYBRID  a deliberate state fault: AFTER ``worker.hybrid.last_accepted_rows`` (commit row accept_len - 1), or
           AFTER ``worker.verify_topology`` (children linked highest row first: only the hybrid kernels read them).
-  PHASES  AROUND chosen scheduler and worker functions: wall time per decode iteration (``phase_times``).
+  PHASES  AROUND chosen scheduler and worker functions: wall time per decode iteration (``phase_times``); or
+          (SYNC_WATCH) the loop's steps and host waits only, with every synchronizing CUDA call counted by site.
 With none of the variables set it registers nothing. The production package knows none of this.
 """
 
@@ -79,10 +80,10 @@ def register() -> None:
     hooks.configure(env)
     for target, fn in planned_hooks(env):
         HookRegistry.register(target, fn, HookType.AFTER)
-    if env.phase_times:
+    if env.phase_times or env.sync_watch:
         from ddtree_test_hooks import phase_times
 
-        for target, fn in phase_times.planned(env.phase_times):
+        for target, fn in phase_times.planned(env.phase_times or env.sync_watch, sync_watch=bool(env.sync_watch)):
             HookRegistry.register(target, fn, HookType.AROUND)
     logger.warning("!!! DDTREE TEST HOOKS REGISTERED (%s): for tests only. !!!",
                    ", ".join(f"{t.rsplit('.', 1)[-1]}:{f.__name__}" for t, f in planned_hooks(env)))

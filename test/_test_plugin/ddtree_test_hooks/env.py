@@ -15,6 +15,9 @@ DDTREE_TEST_PIN_BUDGET=<bucket>        budget auto: every round verifies this bu
                                        against plain decoding)
 DDTREE_TEST_PHASE_TIMES=<path>         time chosen scheduler / worker functions per decode iteration with perf_counter
                                        (``phase_times``), written to <path>.<pid>.json: a profiler-free diagnostic
+DDTREE_TEST_SYNC_WATCH=<path>          the phase times of the loop's steps and the host waits only, plus every
+                                       synchronizing CUDA call counted by call site (``phase_times.SyncWatch``);
+                                       excludes DDTREE_TEST_PHASE_TIMES
 DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
                                        and after every round that compiled another Triton specialisation of them
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
@@ -35,8 +38,9 @@ HYBRID_FAULT = "DDTREE_TEST_HYBRID_FAULT"
 COMPILE_LOG = "DDTREE_TEST_COMPILE_LOG"
 PIN_BUDGET = "DDTREE_TEST_PIN_BUDGET"
 PHASE_TIMES = "DDTREE_TEST_PHASE_TIMES"
+SYNC_WATCH = "DDTREE_TEST_SYNC_WATCH"
 ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT,
-            COMPILE_LOG, PIN_BUDGET, PHASE_TIMES)
+            COMPILE_LOG, PIN_BUDGET, PHASE_TIMES, SYNC_WATCH)
 CORRUPT_MODES = ("causal",)
 HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
@@ -54,12 +58,13 @@ class HookEnv:
     compile_log: str = ""
     pin_budget: int = -1  # -1: not pinned
     phase_times: str = ""
+    sync_watch: str = ""
 
     @property
     def any(self) -> bool:
         return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
                     or self.cycle_budgets or self.hybrid_fault or self.compile_log or self.pin_budget >= 0
-                    or self.phase_times)
+                    or self.phase_times or self.sync_watch)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -73,11 +78,14 @@ class HookEnv:
             raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
                   verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1",
-                  hybrid_fault=get(HYBRID_FAULT), compile_log=get(COMPILE_LOG), phase_times=get(PHASE_TIMES))
+                  hybrid_fault=get(HYBRID_FAULT), compile_log=get(COMPILE_LOG), phase_times=get(PHASE_TIMES),
+                  sync_watch=get(SYNC_WATCH))
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):
             raise ValueError(f"{DRAFT_ORACLE}={out.draft_oracle!r} is not a file.")
+        if out.phase_times and out.sync_watch:
+            raise ValueError(f"{PHASE_TIMES} and {SYNC_WATCH} exclude each other.")
         if out.corrupt_mask and out.corrupt_mask not in CORRUPT_MODES:
             raise ValueError(f"{CORRUPT_MASK}={out.corrupt_mask!r}: modes are {', '.join(CORRUPT_MODES)}.")
         if out.hybrid_fault and out.hybrid_fault not in HYBRID_FAULTS:
@@ -95,7 +103,7 @@ class HookEnv:
             if out.cycle_budgets:
                 raise ValueError(f"{PIN_BUDGET} and {CYCLE_BUDGETS} exclude each other.")
             out = dataclasses.replace(out, pin_budget=bucket)
-        for var, path in ((COMPILE_LOG, out.compile_log), (PHASE_TIMES, out.phase_times)):
+        for var, path in ((COMPILE_LOG, out.compile_log), (PHASE_TIMES, out.phase_times), (SYNC_WATCH, out.sync_watch)):
             if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
                 raise ValueError(f"{var}={path!r}: its folder does not exist.")
         rounds = get(VERIFY_DUMP_ROUNDS)

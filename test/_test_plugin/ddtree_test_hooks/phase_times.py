@@ -20,6 +20,13 @@ What is written (``<path>.<pid>.json``, rewritten every ``DUMP_EVERY`` scheduler
     fall in it, as in the overlap loop). Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the
     garbage collector's pauses (``gc.callbacks``), wherever they fell.
 Every target is optional: one that does not resolve in the installed SGLang is skipped (``resolvable``).
+
+DDTREE_TEST_SYNC_WATCH=<path> (instead of the above): the same file, but only the loop's steps and the explicit host
+waits are timed (``WAIT_TARGETS``: little Python added, so a wait that a slower host would hide stays visible), and
+after ``SyncWatch.AFTER`` decode iterations torch's sync debug mode is switched on: every synchronizing CUDA call
+(``.item()``, ``.tolist()`` / ``.cpu()`` of a device tensor, a blocking copy, ``nonzero``, ...) is counted by the
+Python stack it came from, and the caching allocator's device allocations, frees and retries over the same window
+(each a possible device-wide wait) are counted too (``sync_watch`` in the file).
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import os
 import pkgutil
 import statistics
 import time
+import traceback
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 RUN_BATCH = "sglang.srt.managers.scheduler.Scheduler.run_batch"
@@ -76,7 +85,12 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("sglang_ddtree.worker.widths.AutoWidth.finish", "AutoWidth.finish"),
     ("torch.cuda.streams.Event.synchronize", "Event.synchronize"),
     ("torch.cuda.streams.Stream.synchronize", "Stream.synchronize"),
+    ("torch.cuda.synchronize", "torch.cuda.synchronize"),
 )
+# DDTREE_TEST_SYNC_WATCH's targets: the loop's steps and the explicit waits (few hooks, little Python added)
+WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_result", "recv_requests",
+                          "process_input_requests", "launch_batch_sample_if_needed", "_apply_war_barrier", "on_idle",
+                          "Event.synchronize", "Stream.synchronize", "torch.cuda.synchronize"})
 # the overlap loop's own steps (``Scheduler.event_loop_overlap``): their sum against the period says how much of an
 # iteration none of them holds
 LOOP_STEPS = ("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch", "process_batch_result",
@@ -100,6 +114,7 @@ class PhaseTimes:
         self.path, self.clock = path, clock
         self.calls: Dict[str, int] = {}
         self.total_s: Dict[str, float] = {}
+        self.max_s: Dict[str, float] = {}
         self.iterations: Dict[str, int] = {}
         self.periods_s: List[float] = []
         # wall time from one iteration's start to the next one's, by (this mode -> next mode): decode -> decode is
@@ -109,6 +124,7 @@ class PhaseTimes:
         self._first_start: Optional[float] = None
         self._since_dump = 0
         self._gc_start: Optional[float] = None
+        self.sync_watch: Optional["SyncWatch"] = None  # DDTREE_TEST_SYNC_WATCH
 
     def begin_iteration(self, batch, now: float) -> None:
         """A ``run_batch`` starts: a new iteration (decode or not) and, between two decode ones, a period."""
@@ -124,6 +140,8 @@ class PhaseTimes:
         else:
             self._first_start = now
         self._last = (name, now)
+        if is_decode and self.sync_watch is not None:
+            self.sync_watch.decode_iteration()
         self._since_dump += 1
         if self._since_dump >= DUMP_EVERY:
             self._since_dump = 0
@@ -134,6 +152,8 @@ class PhaseTimes:
             return
         self.calls[label] = self.calls.get(label, 0) + 1
         self.total_s[label] = self.total_s.get(label, 0.0) + seconds
+        if seconds > self.max_s.get(label, 0.0):
+            self.max_s[label] = seconds
 
     def gc_callback(self, phase: str, info: dict) -> None:
         """``gc.callbacks`` entry: a collection's pause counts as target ``gc``."""
@@ -172,8 +192,9 @@ class PhaseTimes:
                           "mean": statistics.fmean(periods) if periods else None},
             "targets": {label: {"calls": self.calls[label], "total_us": round(self.total_s[label] * 1e6, 1),
                                 "us_per_decode_iteration": round(self.total_s[label] * 1e6 / decode, 1)
-                                if decode else None}
+                                if decode else None, "max_us": round(self.max_s[label] * 1e6, 1)}
                         for label in sorted(self.calls, key=lambda k: -self.total_s[k])},
+            **({"sync_watch": self.sync_watch.summary()} if self.sync_watch is not None else {}),
         }
 
     def dump(self) -> None:
@@ -186,14 +207,74 @@ class PhaseTimes:
         os.replace(tmp, f"{self.path}.{os.getpid()}.json")
 
 
+SYNC_MESSAGE = "called a synchronizing CUDA operation"  # torch's sync debug warning (set_sync_debug_mode)
+
+
+class SyncWatch:
+    """Counts the synchronizing CUDA calls of decode iterations after the first ``after`` ones, by call site (the
+    innermost ``STACK`` Python frames outside ``warnings`` and this module), and the caching allocator's device
+    allocations / frees / retries over the same window. ``cuda``: the ``torch.cuda`` module (a stand-in in tests)."""
+
+    AFTER = 32  # decode iterations before the watch starts: start-up, CUDA-graph and JIT one-offs stay out
+    STACK = 6
+    ALLOCATOR_KEYS = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")
+
+    def __init__(self, cuda, after: int = AFTER):
+        self.cuda, self.after = cuda, after
+        self.decode_iterations = 0
+        self.sites: Dict[str, int] = {}
+        self._allocator_start: Optional[Dict[str, int]] = None
+        self._previous_showwarning = None
+
+    def decode_iteration(self) -> None:
+        self.decode_iterations += 1
+        if self.decode_iterations == self.after + 1:
+            self.start()
+
+    def start(self) -> None:
+        warnings.filterwarnings("always", message=f".*{SYNC_MESSAGE}")
+        self._previous_showwarning = warnings.showwarning
+        warnings.showwarning = self.showwarning
+        self._allocator_start = self._allocator()
+        self.cuda.set_sync_debug_mode("warn")
+
+    def _allocator(self) -> Dict[str, int]:
+        stats = self.cuda.memory_stats()
+        return {k: int(stats.get(k, 0)) for k in self.ALLOCATOR_KEYS}
+
+    def showwarning(self, message, category, filename, lineno, file=None, line=None):
+        if SYNC_MESSAGE not in str(message):
+            return self._previous_showwarning(message, category, filename, lineno, file, line)
+        frames = [f for f in traceback.extract_stack()[:-1]
+                  if not f.filename.endswith(("warnings.py", "phase_times.py"))][-self.STACK:]
+        site = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(frames))
+        self.sites[site] = self.sites.get(site, 0) + 1
+
+    def summary(self) -> dict:
+        watched = max(0, self.decode_iterations - self.after)
+        allocator = None
+        if self._allocator_start is not None:
+            now = self._allocator()
+            allocator = {k: now[k] - self._allocator_start[k] for k in self.ALLOCATOR_KEYS}
+        return {"after_decode_iterations": self.after, "watched_decode_iterations": watched,
+                "syncs": sum(self.sites.values()), "allocator": allocator,
+                "sites": dict(sorted(self.sites.items(), key=lambda kv: -kv[1]))}
+
+
 _TIMES: Optional[PhaseTimes] = None
 
 
-def planned(path: str) -> List[Tuple[str, object]]:
-    """[(target, AROUND hook)] for every resolvable target; the process's accumulators write to ``path``."""
+def planned(path: str, *, sync_watch: bool = False) -> List[Tuple[str, object]]:
+    """[(target, AROUND hook)] for every resolvable target (``sync_watch``: ``WAIT_TARGETS`` only, and the sync watch
+    on); the process's accumulators write to ``path``."""
     global _TIMES
     if _TIMES is None:
         _TIMES = PhaseTimes(path)
         atexit.register(_TIMES.dump)
         gc.callbacks.append(_TIMES.gc_callback)
-    return [(target, _TIMES.around(label)) for target, label in TARGETS if resolvable(target)]
+        if sync_watch:
+            import torch
+
+            _TIMES.sync_watch = SyncWatch(torch.cuda)
+    return [(target, _TIMES.around(label)) for target, label in TARGETS
+            if resolvable(target) and (not sync_watch or label in WAIT_TARGETS)]
