@@ -182,7 +182,9 @@ case "${1:-}" in
     # perf_counter timers, ddtree_test_hooks/phase_times.py): AR, auto pinned to width 0, DFLASH, budget 63, each
     # at PHASES_BS (default 16), 64 prompts x 64 tokens, one engine after another (a breakdown, not a speed
     # claim); the summary puts the configs side by side (session 33: the torch profiler's Python-stack overhead
-    # hid why a width-0 round ran at 0.55x plain decoding's speed). fa3 staged; ~4 engines x ~1 minute
+    # hid why a width-0 round ran at 0.55x plain decoding's speed). fa3 staged; ~4 engines x ~1 minute.
+    # PHASES_CONFIGS with +syncwatch instead of +phases: only the loop's steps and host waits timed, and every
+    # synchronizing CUDA call counted by call site (the summary lists the sites); configs without either run clean.
     OUT=${OUT:-/tmp/phases_out}
     mkdir -p "$OUT/phases"
     # shellcheck disable=SC1091
@@ -191,7 +193,7 @@ case "${1:-}" in
     # shellcheck disable=SC2086
     DDTREE_BENCH_PHASES_DIR="$OUT/phases" timeout -k 10 "${PHASES_TIMEOUT_S:-400}" python3 benchmark/bench_e2e.py $P \
       --configs "${PHASES_CONFIGS:-plain+fa3+phases,ddtree:auto:8+fa3+pin0+phases,dflash+fa3+phases,ddtree:63:8+fa3+phases}" \
-      --bs "${PHASES_BS:-16}" --num-prompts 64 --max-new-tokens 64 --deadline-s 330 \
+      --bs "${PHASES_BS:-16}" --num-prompts 64 --max-new-tokens 64 --deadline-s "${PHASES_DEADLINE_S:-330}" \
       --out "$OUT/e2e_phases.json" > "$OUT/e2e_phases.log" 2>&1
     grep "\[bench_e2e\]" "$OUT/e2e_phases.log" | tail -n 20
     python3 benchmark/phase_times_summary.py "$OUT/phases" --json "$OUT/phase_times.json"
