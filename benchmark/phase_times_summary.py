@@ -88,7 +88,7 @@ def sync_rows(runs: Dict[str, dict], top: int = 8) -> list:
         n = max(1, watch["watched_decode_iterations"])
         out.append(f"\n{name}: {watch['syncs']} synchronizing CUDA calls in {watch['watched_decode_iterations']} "
                    f"watched decode iterations ({watch['syncs'] / n:.2f} per iteration); allocator "
-                   f"{watch.get('allocator')}")
+                   f"{watch.get('allocator')}; clocks {watch.get('clocks')}; threads {watch.get('threads')}")
         for site, count in list(watch["sites"].items())[:top]:
             out.append(f"  {count / n:8.2f}/it  {site}")
     return out

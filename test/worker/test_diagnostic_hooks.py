@@ -241,6 +241,9 @@ def test_sync_watch_counts_synchronizing_calls_by_site_after_the_first_iteration
     assert s["syncs"] == 3 and passed == ["something else"]
     (site, count), = s["sites"].items()
     assert count == 3 and site.startswith("test_diagnostic_hooks.py:") and "_synchronizing_call" in site
+    assert set(s["clocks"]) == {"wall_us_per_decode_iteration", "main_thread_cpu_us_per_decode_iteration",
+                                "process_cpu_us_per_decode_iteration"}
+    assert "MainThread" in s["threads"]
     assert s["allocator"] == {"num_device_alloc": 3, "num_device_free": 0, "num_alloc_retries": 0,
                               "num_sync_all_streams": 0}
 

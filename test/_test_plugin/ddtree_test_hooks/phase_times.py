@@ -224,6 +224,7 @@ class SyncWatch:
         self.decode_iterations = 0
         self.sites: Dict[str, int] = {}
         self._allocator_start: Optional[Dict[str, int]] = None
+        self._clocks_start: Optional[Dict[str, float]] = None
         self._previous_showwarning = None
 
     def decode_iteration(self) -> None:
@@ -236,7 +237,15 @@ class SyncWatch:
         self._previous_showwarning = warnings.showwarning
         warnings.showwarning = self.showwarning
         self._allocator_start = self._allocator()
+        self._clocks_start = self._clocks()
         self.cuda.set_sync_debug_mode("warn")
+
+    @staticmethod
+    def _clocks() -> Dict[str, float]:
+        """Wall, this (the scheduler's main) thread's CPU and the whole process's CPU seconds: a main thread whose CPU
+        time falls short of the wall time was blocked (a wait, a sleep, the GIL); a process whose CPU time exceeds the
+        main thread's has other threads at work."""
+        return {"wall": time.perf_counter(), "main_thread_cpu": time.thread_time(), "process_cpu": time.process_time()}
 
     def _allocator(self) -> Dict[str, int]:
         stats = self.cuda.memory_stats()
@@ -256,8 +265,16 @@ class SyncWatch:
         if self._allocator_start is not None:
             now = self._allocator()
             allocator = {k: now[k] - self._allocator_start[k] for k in self.ALLOCATOR_KEYS}
+        clocks = None
+        if self._clocks_start is not None and watched:
+            now = self._clocks()
+            clocks = {f"{k}_us_per_decode_iteration": round((now[k] - self._clocks_start[k]) * 1e6 / watched, 1)
+                      for k in now}
+        import threading
+
         return {"after_decode_iterations": self.after, "watched_decode_iterations": watched,
-                "syncs": sum(self.sites.values()), "allocator": allocator,
+                "syncs": sum(self.sites.values()), "allocator": allocator, "clocks": clocks,
+                "threads": sorted(t.name for t in threading.enumerate()),
                 "sites": dict(sorted(self.sites.items(), key=lambda kv: -kv[1]))}
 
 
