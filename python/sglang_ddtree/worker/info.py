@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import numpy as np
 import torch
 
 from sglang.srt.mem_cache.allocation import alloc_for_spec_decode
@@ -31,11 +32,14 @@ class DDTreeDraftInput(DFlashDraftInputV2):
     def prepare_for_decode(self, batch) -> None:
         """Reserve KV slots for the next round (host loop over requests, like upstream's).
 
-        Runs on the scheduler before the round. Reads each request's committed and allocated
-        lengths, grows the allocation to ``committed + DDTreeConfig.reserve_per_decode`` (capped at
-        the req_to_token row width) and records the host bounds the round uses for planning. The
-        config comes from the process's published (target) server args, as upstream DFLASH reads
-        its block size there.
+        Runs on the scheduler before the round. Reads each request's committed and allocated lengths and keeps
+        ``allocated >= committed + DDTreeConfig.reserve_per_decode`` (capped at the req_to_token row width), what a
+        round may write. A request that falls short tops up by one more reserve beyond that (``topped_up_len``), so
+        most rounds allocate nothing and skip the allocator, its two copies and its kernel (a width-0 round commits
+        one token, so it used to allocate one slot per request every round, ~0.1 ms of the scheduler's CPU at bs 16).
+        Where the allocator's free slots would not cover the top-up, the round reserves exactly what it needs (as
+        upstream's decode memory check counts it). Records the host bounds the round uses for planning. The config
+        comes from the process's published (target) server args, as upstream DFLASH reads its block size there.
         """
         bs = batch.batch_size()
         if bs == 0:
@@ -47,7 +51,7 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         cur_cpu = self._prepare_cur_kv_lens_cpu_buf[:bs]
         nxt_cpu = self._prepare_nxt_kv_lens_cpu_buf[:bs]
         row_width = int(batch.req_to_token_pool.req_to_token.shape[1])
-        committed_sum = reserved_sum = needed = 0
+        committed_sum = reserved_sum = needed = short = 0
         max_top_k, top_ks = 1, set()
         # written through NumPy views of the host buffers: torch element writes go through the dispatcher (three
         # per request took 403-514 us for 48 requests on the development machine's CPU, NumPy 6-13 us; the loop
@@ -56,7 +60,12 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         for i, req in enumerate(batch.reqs):
             committed = lens.committed_len(req)
             allocated = int(req.kv.kv_allocated_len)
-            reserved = max(allocated, min(committed + reserve, row_width))
+            floor = min(committed + reserve, row_width)  # what the round may write up to
+            if allocated >= floor:
+                reserved = allocated
+            else:
+                reserved = topped_up_len(committed, reserve, row_width)
+                short += floor - allocated
             committed_np[i], cur_np[i], nxt_np[i] = committed, allocated, reserved
             committed_sum += committed
             reserved_sum += reserved
@@ -67,25 +76,38 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         self.max_top_k = max_top_k
         self.uniform_top_k_value = next(iter(top_ks)) if len(top_ks) == 1 else None
 
-        cur_gpu = self._prepare_cur_kv_lens_gpu_buf[:bs]
-        nxt_gpu = self._prepare_nxt_kv_lens_gpu_buf[:bs]
-        cur_gpu.copy_(cur_cpu, non_blocking=True)
-        nxt_gpu.copy_(nxt_cpu, non_blocking=True)
-        alloc_for_spec_decode(
-            batch.tree_cache,
-            batch.req_to_token_pool,
-            reqs=batch.reqs,
-            req_pool_indices=batch.req_pool_indices,
-            cur_kv_lens=cur_gpu,
-            cur_kv_lens_cpu=cur_cpu,
-            nxt_kv_lens=nxt_gpu,
-            nxt_kv_lens_cpu=nxt_cpu,
-            num_needed_tokens=needed,
-            batch=batch,
-        )
+        if needed > short and needed > batch.token_to_kv_pool_allocator.available_size():
+            # no room for the top-ups: exactly what this round may write, max(allocated, floor)
+            np.maximum(cur_np, np.minimum(committed_np + reserve, row_width), out=nxt_np)
+            needed, reserved_sum = short, int(nxt_np.sum())
+        if needed:
+            cur_gpu = self._prepare_cur_kv_lens_gpu_buf[:bs]
+            nxt_gpu = self._prepare_nxt_kv_lens_gpu_buf[:bs]
+            cur_gpu.copy_(cur_cpu, non_blocking=True)
+            nxt_gpu.copy_(nxt_cpu, non_blocking=True)
+            alloc_for_spec_decode(
+                batch.tree_cache,
+                batch.req_to_token_pool,
+                reqs=batch.reqs,
+                req_pool_indices=batch.req_pool_indices,
+                cur_kv_lens=cur_gpu,
+                cur_kv_lens_cpu=cur_cpu,
+                nxt_kv_lens=nxt_gpu,
+                nxt_kv_lens_cpu=nxt_cpu,
+                num_needed_tokens=needed,
+                batch=batch,
+            )
+        # else every request's allocation already covers this round: nothing to allocate or write (upstream's call
+        # would only re-set each request's allocated length to itself)
         batch.seq_lens_cpu = committed_cpu
         batch.seq_lens_sum = committed_sum
         lens.record_reserved_lens(self, nxt_cpu, reserved_sum)
+
+
+def topped_up_len(committed: int, reserve: int, row_width: int) -> int:
+    """The allocated length a request tops up to when it no longer covers ``committed + reserve``: one reserve
+    further, capped at the req_to_token row width (its next top-up comes after it commits ~``reserve`` tokens)."""
+    return min(committed + 2 * reserve, row_width)
 
 
 def make_draft_input(bonus_tokens: torch.Tensor, new_seq_lens: torch.Tensor) -> DDTreeDraftInput:

@@ -341,9 +341,12 @@ class AutoWidth:
             self._last.followed = False
             self._last = None
 
-    def begin(self, bs: int, budget: int) -> _Pending:
+    def begin(self, bs: int, budget: int, stream=None) -> _Pending:
+        """A decode round starts: its slot, with the start event recorded on ``stream`` (the round's stream, fetched
+        once by the caller: each ``Event.record()`` without one looks the current stream up again, ~10 us of
+        Python; None: the current stream)."""
         if self._last is not None:  # the previous decode round's period ends where this one starts
-            self._last.next_start.record()
+            self._last.next_start.record(stream)
             self._last.followed = True
         slot = self._ring[self._next]
         self._next = (self._next + 1) % self.RING
@@ -352,23 +355,23 @@ class AutoWidth:
         slot.bs, slot.budget, slot.round = bs, budget, self._rounds
         self._rounds += 1
         slot.followed = None
-        slot.start.record()
+        slot.start.record(stream)
         self._last = slot
         return slot
 
     def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: Optional[torch.Tensor],
-               chain_log_probs: Optional[torch.Tensor] = None) -> None:
+               chain_log_probs: Optional[torch.Tensor] = None, stream=None) -> None:
         """After the round's last launch: stage its numbers for a later ``choose`` (two device ops and one async
         copy; a forecast round adds the per-bucket sums). ``full_tree_scores`` [bs, N_max] of the round's tree at
         the largest budget, or None; with a chain bucket, a forecast round also passes ``chain_log_probs``
         [bs, D] float32, the top-1 log-probs of the chain's D positions. ``accept_lens`` None: a width-0 round,
-        which accepts no drafts by construction and stages nothing (only its end event)."""
+        which accepts no drafts by construction and stages nothing (only its end event). ``stream``: as ``begin``'s."""
         slot.scored = full_tree_scores is not None
         slot.staged = accept_lens is not None
         if not slot.staged:
             if slot.scored or slot.budget != 0:
                 raise ValueError(f"only a width-0 round finishes without accept lengths (budget {slot.budget})")
-            slot.end.record()
+            slot.end.record(stream)
             self._inflight.append(slot)
             return
         nb = len(self.budgets)
@@ -380,7 +383,7 @@ class AutoWidth:
             torch.sum(per_bucket, dim=0, out=slot.dev[:nb])
         torch.sum(accept_lens, dim=0, dtype=torch.float32, out=slot.dev[nb])
         slot.host.copy_(slot.dev, non_blocking=True)
-        slot.end.record()
+        slot.end.record(stream)
         self._inflight.append(slot)
 
     def _drain(self) -> None:

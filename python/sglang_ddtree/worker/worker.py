@@ -230,12 +230,13 @@ class DDTreeWorker(DFlashWorkerV2):
     def _decode_round(self, batch, on_publish) -> GenerationBatchResult:
         cfg = self.config
         draft_input = batch.spec_info
-        batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
+        stream = torch.get_device_module(self.device).current_stream()  # the round's, looked up once
+        batch.seq_lens.record_stream(stream)
         bs = len(batch.seq_lens)
         prefix = batch.seq_lens  # [bs] committed KV length = the root's position
         # The round's budget: fixed, or with auto the bucket the policy picks from earlier rounds' numbers.
         budget = cfg.budget if self._auto is None else self._auto.choose(bs)
-        pending = None if self._auto is None else self._auto.begin(bs, budget)
+        pending = None if self._auto is None else self._auto.begin(bs, budget, stream)
         n, width = budget + 1, cfg.accept_width  # N = budget + 1, W = max depth + 1 (static, of the largest)
 
         host = self._host_seq_lens(batch, draft_input)
@@ -336,7 +337,7 @@ class DDTreeWorker(DFlashWorkerV2):
             )
         logits_output.hidden_states = None  # keep it off the D2H copy
         if pending is not None:  # width 0 accepts no drafts by construction: nothing to stage
-            self._auto.finish(pending, forecast_scores, c.accept_lens if budget else None, forecast_chain)
+            self._auto.finish(pending, forecast_scores, c.accept_lens if budget else None, forecast_chain, stream)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=c.out_tokens.view(-1),  # [bs*W], the first accept_lens[b] of each row valid
