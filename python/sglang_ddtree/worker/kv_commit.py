@@ -100,7 +100,18 @@ def greedy_accept_commit(
 
     from sglang_ddtree.worker.kernels.commit import ddtree_accept_commit_kernel
 
-    out = _empty_commit(bs, width, tokens.device)
+    dev = tokens.device
+    i64 = dict(dtype=torch.int64, device=dev)
+    # nine separate allocations: views of one buffer (session 34) put the fields at offsets that are not 16-byte
+    # aligned, and Triton compiled a new specialisation of this kernel and move_kv's for each new alignment pattern
+    # (the compile watch: ~one compile a round at first, benchmark/results/session34/parity_triton_cycle)
+    out = RoundCommit(
+        out_tokens=torch.empty(bs, width, **i64), bonus=torch.empty(bs, **i64),
+        accept_lens=torch.empty(bs, dtype=torch.int32, device=dev), new_seq_lens=torch.empty(bs, **i64),
+        kv_tgt=torch.empty(bs * width, **i64), kv_src=torch.empty(bs * width, **i64),
+        ctx_rows=torch.empty(bs * width, **i64), ctx_loc_2d=torch.empty(bs, width, **i64),
+        ctx_positions=torch.empty(bs * width, **i64),
+    )
     if bs == 0:
         return out
     target = target if target.stride(1) == 1 else target.contiguous()
@@ -113,22 +124,6 @@ def greedy_accept_commit(
         BLOCK_N=next_pow2(n), BLOCK_W=next_pow2(width), num_warps=num_warps_for_rows(n),
     )
     return out
-
-
-def _empty_commit(bs: int, width: int, device) -> RoundCommit:
-    """A RoundCommit of uninitialised rows for the kernel to fill: every field a contiguous view of ONE fresh int64
-    allocation (accept lengths an int32 view of its own part), instead of nine allocations a round (each ~3 us of
-    the caching allocator's CPU time). Fresh every round: the scheduler copies the tokens and accept lengths to the
-    host while the next round runs."""
-    bw = bs * width
-    sizes = (bw, bs, -(-bs // 2), bs, bw, bw, bw, bw, bw)  # out_tokens, bonus, accept_lens (int32 pairs), ...
-    flat = torch.empty(sum(sizes), dtype=torch.int64, device=device)
-    parts = list(torch.split(flat, sizes))
-    return RoundCommit(
-        out_tokens=parts[0].view(bs, width), bonus=parts[1], accept_lens=parts[2].view(torch.int32)[:bs],
-        new_seq_lens=parts[3], kv_tgt=parts[4], kv_src=parts[5], ctx_rows=parts[6], ctx_loc_2d=parts[7].view(bs, width),
-        ctx_positions=parts[8],
-    )
 
 
 def pad_commit(c: RoundCommit, width: int) -> RoundCommit:
