@@ -35,7 +35,7 @@ def _run(monkeypatch, reqs, row_width=4096, draft_input=None, available=10**9):
     batch = SimpleNamespace(batch_size=lambda: len(reqs), device="cpu", reqs=reqs, tree_cache=None,
                             req_to_token_pool=SimpleNamespace(req_to_token=torch.zeros((4, row_width))),
                             req_pool_indices=torch.arange(len(reqs)),
-                            token_to_kv_pool_allocator=SimpleNamespace(available_size=lambda: available))
+                            token_to_kv_pool_allocator=SimpleNamespace(available_size=lambda: available, page_size=1))
     d.prepare_for_decode(batch)
     return cfg.reserve_per_decode, batch, seen, d
 
@@ -82,11 +82,11 @@ def test_without_room_for_the_top_ups_the_round_reserves_exactly_its_floor(monke
     exact = [100 + reserve, 300, 50 + reserve]
     short = (100 + reserve - 120) + reserve
     topped = (100 + 2 * reserve - 120) + 2 * reserve
-    _, _, seen, d = _run(monkeypatch, reqs, available=topped - 1)
+    _, _, seen, d = _run(monkeypatch, reqs, available=topped + len(reqs) - 1)  # short of a slot per request spare
     assert seen["nxt_kv_lens_cpu"].tolist() == exact and seen["nxt_kv_lens"].tolist() == exact
     assert seen["num_needed_tokens"] == short
     assert _recorded(d) == (exact, sum(exact))
-    _, _, seen, _ = _run(monkeypatch, reqs, available=topped)  # room enough: the top-ups
+    _, _, seen, _ = _run(monkeypatch, reqs, available=topped + len(reqs))  # room enough: the top-ups
     assert seen["num_needed_tokens"] == topped
 
 

@@ -76,8 +76,10 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         self.max_top_k = max_top_k
         self.uniform_top_k_value = next(iter(top_ks)) if len(top_ks) == 1 else None
 
-        if needed > short and needed > batch.token_to_kv_pool_allocator.available_size():
-            # no room for the top-ups: exactly what this round may write, max(allocated, floor)
+        allocator = batch.token_to_kv_pool_allocator
+        if needed > short and needed + bs * int(getattr(allocator, "page_size", 1)) > allocator.available_size():
+            # no room for the top-ups (with a page of slack per request for a paged pool's rounding): exactly what
+            # this round may write, max(allocated, floor)
             np.maximum(cur_np, np.minimum(committed_np + reserve, row_width), out=nxt_np)
             needed, reserved_sum = short, int(nxt_np.sum())
         if needed:
