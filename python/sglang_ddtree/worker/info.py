@@ -35,8 +35,8 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         Runs on the scheduler before the round. Reads each request's committed and allocated lengths and keeps
         ``allocated >= committed + DDTreeConfig.reserve_per_decode`` (capped at the req_to_token row width), what a
         round may write. A request that falls short tops up by one more reserve beyond that (``topped_up_len``), so
-        most rounds allocate nothing and skip the allocator, its two copies and its kernel (a width-0 round commits
-        one token, so it used to allocate one slot per request every round, ~0.1 ms of the scheduler's CPU at bs 16).
+        most rounds allocate nothing and skip the allocator, its two copies, its kernel and its per-request loop (a
+        width-0 round commits one token, so it used to allocate one slot per request every round).
         Where the allocator's free slots would not cover the top-up, the round reserves exactly what it needs (as
         upstream's decode memory check counts it). Records the host bounds the round uses for planning. The config
         comes from the process's published (target) server args, as upstream DFLASH reads its block size there.
