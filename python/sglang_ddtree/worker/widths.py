@@ -344,7 +344,7 @@ class AutoWidth:
     def begin(self, bs: int, budget: int, stream=None) -> _Pending:
         """A decode round starts: its slot, with the start event recorded on ``stream`` (the round's stream, fetched
         once by the caller: each ``Event.record()`` without one looks the current stream up again, a Python call
-        that session 33's profile put at a third of the round's event cost; None: the current stream)."""
+        that took 54 of the 70 us of ``begin``'s two records in session 33's profile; None: the current stream)."""
         if self._last is not None:  # the previous decode round's period ends where this one starts
             self._last.next_start.record(stream)
             self._last.followed = True
