@@ -103,7 +103,7 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
         elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and plugin_hooks(mod) is None:
-            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + ["pin<bucket>", "phases", "syncwatch"]
+            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + ["pin<bucket>", "phases", "syncwatch", "floor"]
                      + list(ATTENTION_BACKENDS))
             raise ValueError(f"unknown config modifier {mod!r}: use one of {known}")
     if spec == "plain":
@@ -173,7 +173,9 @@ ENV_MODIFIERS = {
 # pinchain15: the chain's round against DFLASH's). phases: the scheduler's and the round's functions timed with
 # perf_counter per decode iteration, no profiler (``ddtree_test_hooks.phase_times``), written under PHASES_DIR as
 # <config>.<pid>.json (``phase_times_summary.py`` reads them). syncwatch: the same file with only the loop's steps and
-# the host waits timed, and every synchronizing CUDA call counted by call site (``phase_times.SyncWatch``).
+# the host waits timed, and every synchronizing CUDA call counted by call site (``phase_times.SyncWatch``). floor:
+# every round of a budget-auto engine replaced by the least a width-0 round can do (``ddtree_test_hooks.floor_round``:
+# greedy, never drafts again), to split a width-0 round's cost into the round's own and the spec-v2 path's floor.
 PHASES_DIR_ENV = "DDTREE_BENCH_PHASES_DIR"
 
 
@@ -192,6 +194,8 @@ def plugin_hooks(mod: str, spec: str = ""):
         return dict(phase_times=phases_path(spec)) if spec else {}
     if mod == "syncwatch":
         return dict(sync_watch=phases_path(spec)) if spec else {}
+    if mod == "floor":
+        return dict(floor_round=True)
     if mod.startswith("pin"):
         from sglang_ddtree.config import parse_bucket
 

@@ -185,6 +185,8 @@ case "${1:-}" in
     # hid why a width-0 round ran at 0.55x plain decoding's speed). fa3 staged; ~4 engines x ~1 minute.
     # PHASES_CONFIGS with +syncwatch instead of +phases: only the loop's steps and host waits timed, and every
     # synchronizing CUDA call counted by call site (the summary lists the sites); configs without either run clean.
+    # ddtree:auto:8+fa3+floor+syncwatch: every round the least a width-0 round can do (test plugin's floor_round),
+    # against AR and the real width-0 round (+pin0): how much of the gap is the round's own cost.
     OUT=${OUT:-/tmp/phases_out}
     mkdir -p "$OUT/phases"
     # shellcheck disable=SC1091

@@ -189,3 +189,14 @@ def test_the_phases_modifier_names_a_file_per_config(tmp_path, monkeypatch):
                                                                                                  "triton")
     with pytest.raises(ValueError, match="unknown config modifier 'phase'.*phases"):
         bench_e2e.engine_kwargs("plain+phase", "D", "triton")
+
+
+def test_the_syncwatch_and_floor_modifiers(tmp_path, monkeypatch):
+    """``+syncwatch``: the sync watch's file per config, as ``+phases``; ``+floor``: the minimal width-0 round."""
+    monkeypatch.setenv(bench_e2e.PHASES_DIR_ENV, str(tmp_path / "phases"))
+    env = bench_e2e.engine_env("ddtree:auto:8+fa3+floor+syncwatch")
+    assert env["DDTREE_TEST_SYNC_WATCH"] == str(tmp_path / "phases" / "ddtree_auto_8_fa3_floor_syncwatch")
+    assert env["DDTREE_TEST_FLOOR_ROUND"] == "1" and env["DDTREE_TEST_PHASE_TIMES"] == ""
+    assert bench_e2e.engine_env("ddtree:auto:8+fa3+syncwatch")["DDTREE_TEST_FLOOR_ROUND"] == ""
+    assert bench_e2e.engine_kwargs("ddtree:auto:8+floor", "D", "triton") == bench_e2e.engine_kwargs("ddtree:auto:8",
+                                                                                                    "D", "triton")

@@ -27,7 +27,7 @@ TEST_VARS = hook_env.ALL_VARS
 def plugin_env(*, draft_oracle: str = "", reverse_ranks: bool = False, verify_dump: str = "",
                verify_dump_rounds: int = 0, corrupt_mask: str = "", cycle_budgets: bool = False,
                hybrid_fault: str = "", compile_log: str = "", pin_budget: int = -1,
-               phase_times: str = "", sync_watch: str = "", base=None) -> dict:
+               phase_times: str = "", sync_watch: str = "", floor_round: bool = False, base=None) -> dict:
     """Variables to ADD to ``base`` (default ``os.environ``) for an engine process with these hooks.
     Always sets every DDTREE_TEST_* variable (empty = off), so nothing leaks in from ``base``."""
     base = os.environ if base is None else base
@@ -45,6 +45,7 @@ def plugin_env(*, draft_oracle: str = "", reverse_ranks: bool = False, verify_du
         hook_env.PIN_BUDGET: str(pin_budget) if pin_budget >= 0 else "",
         hook_env.PHASE_TIMES: str(phase_times or ""),
         hook_env.SYNC_WATCH: str(sync_watch or ""),
+        hook_env.FLOOR_ROUND: "1" if floor_round else "",
     }
     allowed = base.get("SGLANG_PLUGINS", "").strip()
     if allowed and "ddtree_test" not in [x.strip() for x in allowed.split(",")]:

@@ -11,6 +11,7 @@ import types
 import warnings
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _test_plugin_env import plugin_env, registrations  # noqa: E402
@@ -302,3 +303,111 @@ def test_a_phase_timer_wraps_through_the_hook_registry(monkeypatch):
     assert mod.work(1) == 1  # in a prefill iteration: not counted
     assert times.iterations == {"decode": 1, "extend": 1}
     assert times.calls == {"run_batch": 1, "work": 1, "init_new": 2}
+
+
+def test_floor_round_env_and_registration(monkeypatch):
+    """DDTREE_TEST_FLOOR_ROUND: 1 or 0, an AROUND hook on the round, and it excludes the hooks inside the round."""
+    from sglang.srt.plugins.hook_registry import HookType
+
+    import ddtree_test_hooks
+    from ddtree_test_hooks.floor_round import floor_round
+
+    assert HookEnv.from_env({"DDTREE_TEST_FLOOR_ROUND": "1"}) == HookEnv(floor_round=True)
+    assert HookEnv(floor_round=True).any and not HookEnv.from_env({"DDTREE_TEST_FLOOR_ROUND": "0"}).any
+    with pytest.raises(ValueError, match="use 1 or 0"):
+        HookEnv.from_env({"DDTREE_TEST_FLOOR_ROUND": "yes"})
+    with pytest.raises(ValueError, match="replaces the whole round"):
+        HookEnv.from_env({"DDTREE_TEST_FLOOR_ROUND": "1", "DDTREE_TEST_CYCLE_BUDGETS": "1"})
+    assert plugin_env(floor_round=True, base={})["DDTREE_TEST_FLOOR_ROUND"] == "1"
+    calls = registrations(monkeypatch, {"DDTREE_TEST_FLOOR_ROUND": "1"})
+    assert calls == [(ddtree_test_hooks.ROUND_TARGET, floor_round, HookType.AROUND)]
+
+
+class _Widths:
+    def __init__(self):
+        self.active_budgets = []
+
+    def active(self, budget):
+        import contextlib
+
+        self.active_budgets.append(budget)
+        return contextlib.nullcontext()
+
+
+def _floor_worker(*, widths=True, hybrid=False, causal=True):
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker.chain_inputs import ChainInputs
+
+    cfg = DDTreeConfig(budget=15, topk=8, block_size=16, adaptive=True)
+    cfg_causal = types.SimpleNamespace(**{k: getattr(cfg, k) for k in ("topk", "max_depth", "accept_width")},
+                                       verifies_causally=lambda budget: causal)
+    seen = {}
+
+    def verify(batch, verify_input, verify_loc, verify_cpu, verify_sum):
+        seen.update(verify_input=verify_input, verify_loc=verify_loc, verify_cpu=verify_cpu, verify_sum=verify_sum)
+        logits = torch.full((len(batch.seq_lens), 11), -1.0)
+        logits[torch.arange(len(batch.seq_lens)), torch.tensor([3, 7, 5])] = 1.0
+        return types.SimpleNamespace(next_token_logits=logits, hidden_states=torch.zeros(3, 4)), "fb", True
+
+    host = types.SimpleNamespace(plus=lambda extra: (torch.tensor([11, 21, 31]), 63), mask_sum_bound=66)
+    return types.SimpleNamespace(
+        _widths=_Widths() if widths else None, _hybrid=hybrid, config=cfg_causal, device="cpu",
+        model_runner=types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(req_to_token=None)),
+        _host_seq_lens=lambda batch, draft_input: host, _verify=verify,
+        _chain_inputs=lambda: ChainInputs([1], max_depth=15, device="cpu", batch_size=3)), seen
+
+
+def _floor_batch(greedy=True):
+    from sglang_ddtree.worker.info import make_draft_input
+
+    prefix = torch.tensor([10, 20, 30])
+    return types.SimpleNamespace(seq_lens=prefix, req_pool_indices=torch.tensor([2, 0, 1]),
+                                 sampling_info=types.SimpleNamespace(is_all_greedy=greedy),
+                                 spec_info=make_draft_input(torch.tensor([4, 8, 9]), prefix))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_floor_round_verifies_the_root_and_commits_the_argmax(monkeypatch, causal):
+    """The floor round on CPU stand-ins: one verify of the bonus tokens at their positions in the width-0 bucket, the
+    root's slot from upstream's slot assignment, and a result of accept length 1 with the argmax as the next token
+    (column 0 of W), new lengths prefix + 1 published."""
+    import sglang.kernels.ops.speculative.cache_locs as cache_locs
+
+    from ddtree_test_hooks.floor_round import floor_round
+
+    slots = {}
+
+    def assign(**kw):
+        slots.update(kw)
+        return torch.tensor([100, 200, 300])
+
+    monkeypatch.setattr(cache_locs, "assign_extend_cache_locs_func", assign)
+    worker, seen = _floor_worker(causal=causal)
+    published = []
+    result = floor_round(None, worker, _floor_batch(), published.append)
+    assert worker._widths.active_budgets == [0]
+    assert slots["draft_token_num"] == 1 and slots["end_offset"].tolist() == [11, 21, 31]
+    vi = seen["verify_input"]
+    assert vi.draft_token.tolist() == [4, 8, 9] and vi.positions.tolist() == [10, 20, 30] and vi.draft_token_num == 1
+    assert (vi.custom_mask is None) == causal and (vi.retrieve_index is None) == causal
+    if not causal:
+        assert vi.custom_mask.all() and vi.custom_mask.numel() == 66 + 3
+    assert seen["verify_loc"].tolist() == [100, 200, 300] and seen["verify_sum"] == 63
+    width = worker.config.accept_width
+    assert result.next_token_ids.view(3, width)[:, 0].tolist() == [3, 7, 5]
+    assert not result.next_token_ids.view(3, width)[:, 1:].any()
+    assert result.accept_lens.tolist() == [1, 1, 1] and result.accept_lens.dtype == torch.int32
+    assert result.new_seq_lens.tolist() == [11, 21, 31] and published[0].tolist() == [11, 21, 31]
+    assert result.next_draft_input.bonus_tokens.tolist() == [3, 7, 5]
+    assert result.speculative_num_draft_tokens == width and result.can_run_cuda_graph
+
+
+def test_floor_round_refusals():
+    from ddtree_test_hooks.floor_round import floor_round
+
+    with pytest.raises(RuntimeError, match="needs --speculative-ddtree-budget auto"):
+        floor_round(None, _floor_worker(widths=False)[0], _floor_batch(), None)
+    with pytest.raises(RuntimeError, match="greedy batches only"):
+        floor_round(None, _floor_worker()[0], _floor_batch(greedy=False), None)
+    with pytest.raises(RuntimeError, match="hybrid"):
+        floor_round(None, _floor_worker(hybrid=True)[0], _floor_batch(), None)

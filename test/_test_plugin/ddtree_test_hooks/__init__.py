@@ -13,6 +13,7 @@ declared by the ``ddtree_test_hooks-0.0.0.dist-info`` beside this package) in ev
           Triton compiles after the start-up warm-up, logged (``compile_watch``).
   HYBRID  a deliberate state fault: AFTER ``worker.hybrid.last_accepted_rows`` (commit row accept_len - 1), or
           AFTER ``worker.verify_topology`` (children linked highest row first: only the hybrid kernels read them).
+  FLOOR   AROUND ``DDTreeWorker._decode_round``: the least a width-0 round can do instead (``floor_round``).
   PHASES  AROUND chosen scheduler and worker functions: wall time per decode iteration (``phase_times``); or
           (SYNC_WATCH) the loop's steps and host waits only, with every synchronizing CUDA call counted by site.
 With none of the variables set it registers nothing. The production package knows none of this.
@@ -80,6 +81,10 @@ def register() -> None:
     hooks.configure(env)
     for target, fn in planned_hooks(env):
         HookRegistry.register(target, fn, HookType.AFTER)
+    if env.floor_round:
+        from ddtree_test_hooks.floor_round import floor_round
+
+        HookRegistry.register(ROUND_TARGET, floor_round, HookType.AROUND)
     if env.phase_times or env.sync_watch:
         from ddtree_test_hooks import phase_times
 

@@ -18,6 +18,8 @@ DDTREE_TEST_PHASE_TIMES=<path>         time chosen scheduler / worker functions 
 DDTREE_TEST_SYNC_WATCH=<path>          the phase times of the loop's steps and the host waits only, plus every
                                        synchronizing CUDA call counted by call site (``phase_times.SyncWatch``);
                                        excludes DDTREE_TEST_PHASE_TIMES
+DDTREE_TEST_FLOOR_ROUND=1              every decode round replaced by the least a width-0 round can do (``floor_round``:
+                                       budget auto, greedy; the drafter's KV is not kept, so it never drafts again)
 DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
                                        and after every round that compiled another Triton specialisation of them
 Unset (or empty), a variable installs nothing. The oracle and reversed ranks exclude each other.
@@ -39,8 +41,9 @@ COMPILE_LOG = "DDTREE_TEST_COMPILE_LOG"
 PIN_BUDGET = "DDTREE_TEST_PIN_BUDGET"
 PHASE_TIMES = "DDTREE_TEST_PHASE_TIMES"
 SYNC_WATCH = "DDTREE_TEST_SYNC_WATCH"
+FLOOR_ROUND = "DDTREE_TEST_FLOOR_ROUND"
 ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT,
-            COMPILE_LOG, PIN_BUDGET, PHASE_TIMES, SYNC_WATCH)
+            COMPILE_LOG, PIN_BUDGET, PHASE_TIMES, SYNC_WATCH, FLOOR_ROUND)
 CORRUPT_MODES = ("causal",)
 HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
@@ -59,12 +62,13 @@ class HookEnv:
     pin_budget: int = -1  # -1: not pinned
     phase_times: str = ""
     sync_watch: str = ""
+    floor_round: bool = False
 
     @property
     def any(self) -> bool:
         return bool(self.draft_oracle or self.reverse_ranks or self.verify_dump or self.corrupt_mask
                     or self.cycle_budgets or self.hybrid_fault or self.compile_log or self.pin_budget >= 0
-                    or self.phase_times or self.sync_watch)
+                    or self.phase_times or self.sync_watch or self.floor_round)
 
     @classmethod
     def from_env(cls, environ=None) -> "HookEnv":
@@ -76,14 +80,21 @@ class HookEnv:
         cycle = get(CYCLE_BUDGETS)
         if cycle not in ("", "0", "1"):
             raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
+        floor = get(FLOOR_ROUND)
+        if floor not in ("", "0", "1"):
+            raise ValueError(f"{FLOOR_ROUND}={floor!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
                   verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1",
                   hybrid_fault=get(HYBRID_FAULT), compile_log=get(COMPILE_LOG), phase_times=get(PHASE_TIMES),
-                  sync_watch=get(SYNC_WATCH))
+                  sync_watch=get(SYNC_WATCH), floor_round=floor == "1")
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):
             raise ValueError(f"{DRAFT_ORACLE}={out.draft_oracle!r} is not a file.")
+        if out.floor_round and (out.draft_oracle or out.reverse_ranks or out.cycle_budgets or out.verify_dump
+                                or out.corrupt_mask or out.hybrid_fault):
+            raise ValueError(f"{FLOOR_ROUND} replaces the whole round: it excludes the draft, build, width and verify "
+                             "hooks.")
         if out.phase_times and out.sync_watch:
             raise ValueError(f"{PHASE_TIMES} and {SYNC_WATCH} exclude each other.")
         if out.corrupt_mask and out.corrupt_mask not in CORRUPT_MODES:
