@@ -265,7 +265,7 @@ class _ScriptedAuto:
         self.h._round["budget"] = b
         return b
 
-    def begin(self, bs, budget):
+    def begin(self, bs, budget, stream=None):
         return SimpleNamespace(bs=bs, budget=budget)
 
     def wants_forecast(self, budget):
@@ -273,7 +273,7 @@ class _ScriptedAuto:
         self.drafting += 1
         return bool(self.h.forecast_every) and self.drafting % self.h.forecast_every == 0
 
-    def finish(self, slot, scores, accept_lens, chain_lp):
+    def finish(self, slot, scores, accept_lens, chain_lp, stream=None):
         cfg = self.h.config
         self.h._round["finish"] = (scores is not None, accept_lens is not None, chain_lp is not None)
         if slot.budget == 0:
@@ -467,13 +467,13 @@ def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, 
         def choose(self, bs):
             return budget
 
-        def begin(self, bs, b):
+        def begin(self, bs, b, stream=None):
             return SimpleNamespace(bs=bs, budget=b)
 
         def wants_forecast(self, b):
             return True
 
-        def finish(self, slot, scores, accept_lens, chain_lp):
+        def finish(self, slot, scores, accept_lens, chain_lp, stream=None):
             finished.append(slot.budget)
 
     w._auto, w._widths = Auto(), _Widths(config, mr)
