@@ -21,15 +21,31 @@ from ddtree_test_hooks import hooks as test_hooks  # noqa: E402
 from ddtree_test_hooks.env import HookEnv  # noqa: E402
 
 
+def _check_path_variable(tmp_path, var: str, field: str, path: str) -> None:
+    """A DDTREE_TEST_* variable naming a file prefix: parsed into ``field``, switches the plugin on, refused when its
+    folder does not exist, and set by ``plugin_env``."""
+    assert HookEnv.from_env({var: path}) == HookEnv(**{field: path})
+    assert HookEnv(**{field: path}).any
+    with pytest.raises(ValueError, match="its folder does not exist"):
+        HookEnv.from_env({var: str(tmp_path / "missing" / "x")})
+    assert plugin_env(**{field: path}, base={})[var] == path
+
+
+def _fresh_phase_times(monkeypatch):
+    """``phase_times`` with no process accumulators yet, and no exit hook or GC callback left behind."""
+    from ddtree_test_hooks import phase_times
+
+    monkeypatch.setattr(phase_times, "_TIMES", None)
+    monkeypatch.setattr(phase_times.atexit, "register", lambda fn: None)
+    monkeypatch.setattr(phase_times.gc, "callbacks", [])
+    return phase_times
+
+
 def test_env_and_registration(tmp_path, monkeypatch):
     from sglang.srt.plugins.hook_registry import HookType
 
     log = str(tmp_path / "compiles.jsonl")
-    assert HookEnv.from_env({"DDTREE_TEST_COMPILE_LOG": log}) == HookEnv(compile_log=log)
-    assert HookEnv(compile_log=log).any
-    with pytest.raises(ValueError, match="its folder does not exist"):
-        HookEnv.from_env({"DDTREE_TEST_COMPILE_LOG": str(tmp_path / "missing" / "x.jsonl")})
-    assert plugin_env(compile_log=log, base={})["DDTREE_TEST_COMPILE_LOG"] == log
+    _check_path_variable(tmp_path, "DDTREE_TEST_COMPILE_LOG", "compile_log", log)
     assert registrations(monkeypatch, {"DDTREE_TEST_COMPILE_LOG": log}) == [("sglang_ddtree.worker.worker.DDTreeWorker._warm_round_kernels",
                       test_hooks.after_warm_compile_baseline, HookType.AFTER),
                      ("sglang_ddtree.worker.worker.DDTreeWorker._decode_round",
@@ -170,17 +186,9 @@ def test_phase_times_count_decode_iterations_only(tmp_path):
 def test_phase_times_hooks_are_registered_around_resolvable_targets(tmp_path, monkeypatch):
     from sglang.srt.plugins.hook_registry import HookType
 
-    from ddtree_test_hooks import phase_times
-
     prefix = str(tmp_path / "plain_fa3")
-    assert HookEnv.from_env({"DDTREE_TEST_PHASE_TIMES": prefix}) == HookEnv(phase_times=prefix)
-    assert HookEnv(phase_times=prefix).any
-    with pytest.raises(ValueError, match="its folder does not exist"):
-        HookEnv.from_env({"DDTREE_TEST_PHASE_TIMES": str(tmp_path / "missing" / "x")})
-    assert plugin_env(phase_times=prefix, base={})["DDTREE_TEST_PHASE_TIMES"] == prefix
-    monkeypatch.setattr(phase_times, "_TIMES", None)
-    monkeypatch.setattr(phase_times.atexit, "register", lambda fn: None)
-    monkeypatch.setattr(phase_times.gc, "callbacks", [])
+    _check_path_variable(tmp_path, "DDTREE_TEST_PHASE_TIMES", "phase_times", prefix)
+    phase_times = _fresh_phase_times(monkeypatch)
     calls = registrations(monkeypatch, {"DDTREE_TEST_PHASE_TIMES": prefix})
     targets = [t for t, _, _ in calls]
     assert {h for _, _, h in calls} == {HookType.AROUND}
@@ -251,17 +259,11 @@ def test_sync_watch_counts_synchronizing_calls_by_site_after_the_first_iteration
 
 def test_sync_watch_env_and_hooks(tmp_path, monkeypatch):
     """The sync watch is its own variable, excludes the full phase timer and times only the loop and the waits."""
-    from ddtree_test_hooks import phase_times
-
     prefix = str(tmp_path / "pin0")
-    assert HookEnv.from_env({"DDTREE_TEST_SYNC_WATCH": prefix}) == HookEnv(sync_watch=prefix)
-    assert HookEnv(sync_watch=prefix).any
+    _check_path_variable(tmp_path, "DDTREE_TEST_SYNC_WATCH", "sync_watch", prefix)
     with pytest.raises(ValueError, match="exclude each other"):
         HookEnv.from_env({"DDTREE_TEST_SYNC_WATCH": prefix, "DDTREE_TEST_PHASE_TIMES": prefix})
-    assert plugin_env(sync_watch=prefix, base={})["DDTREE_TEST_SYNC_WATCH"] == prefix
-    monkeypatch.setattr(phase_times, "_TIMES", None)
-    monkeypatch.setattr(phase_times.atexit, "register", lambda fn: None)
-    monkeypatch.setattr(phase_times.gc, "callbacks", [])
+    phase_times = _fresh_phase_times(monkeypatch)
     calls = registrations(monkeypatch, {"DDTREE_TEST_SYNC_WATCH": prefix})
     targets = {t for t, _, _ in calls}
     assert phase_times.RUN_BATCH in targets and "torch.cuda.streams.Event.synchronize" in targets

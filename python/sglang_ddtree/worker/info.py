@@ -77,7 +77,7 @@ class DDTreeDraftInput(DFlashDraftInputV2):
         self.uniform_top_k_value = next(iter(top_ks)) if len(top_ks) == 1 else None
 
         allocator = batch.token_to_kv_pool_allocator
-        if needed > short and needed + bs * int(getattr(allocator, "page_size", 1)) > allocator.available_size():
+        if needed > short and needed + bs * allocator.page_size > allocator.available_size():
             # no room for the top-ups (with a page of slack per request for a paged pool's rounding): exactly what
             # this round may write, max(allocated, floor)
             np.maximum(cur_np, np.minimum(committed_np + reserve, row_width), out=nxt_np)

@@ -37,6 +37,7 @@ import json
 import os
 import pkgutil
 import statistics
+import threading
 import time
 import traceback
 import warnings
@@ -270,8 +271,6 @@ class SyncWatch:
             now = self._clocks()
             clocks = {f"{k}_us_per_decode_iteration": round((now[k] - self._clocks_start[k]) * 1e6 / watched, 1)
                       for k in now}
-        import threading
-
         return {"after_decode_iterations": self.after, "watched_decode_iterations": watched,
                 "syncs": sum(self.sites.values()), "allocator": allocator, "clocks": clocks,
                 "threads": sorted(t.name for t in threading.enumerate()),
