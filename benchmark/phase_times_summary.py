@@ -73,8 +73,22 @@ def table(runs: Dict[str, dict]) -> str:
             cells.append("-" if t is None or t["us_per_decode_iteration"] is None
                          else f"{t['us_per_decode_iteration']:.1f} ({t['calls'] / max(1, decode_iterations(n)):.2g}x)")
         rows.append(row(label, cells))
+    rows += other_mode_rows(runs)
     rows += sync_rows(runs)
     return "\n".join(rows)
+
+
+def other_mode_rows(runs: Dict[str, dict], top: int = 12) -> list:
+    """Each config's non-decode iterations (``other_modes``: a prefill with the scheduling of the decode batch after
+    it): its largest timed functions, microseconds per iteration of that mode, and the longest call."""
+    out = []
+    for name, run in runs.items():
+        for mode, labels in run.get("other_modes", {}).items():
+            n = run["iterations"].get(mode, 0)
+            out.append(f"\n{name}: {n} {mode} iterations, us per {mode} iteration (longest call)")
+            for label, t in list(labels.items())[:top]:
+                out.append(f"  {label:<38}{t['us_per_iteration']:>12.1f}  ({t['max_us']:.1f})")
+    return out
 
 
 def sync_rows(runs: Dict[str, dict], top: int = 8) -> list:

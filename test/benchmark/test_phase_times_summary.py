@@ -56,3 +56,20 @@ def test_sync_watch_rows(tmp_path):
     assert "plain_fa3_syncwatch: 6 synchronizing CUDA calls in 4 watched decode iterations (1.50 per iteration)" in text
     assert "1.00/it  a.py:1 f" in text and "0.50/it  b.py:2 g" in text
     assert "dflash_fa3_phases:" not in text
+
+
+def test_other_mode_rows(tmp_path):
+    """A file with ``other_modes`` (the prefill iterations' steps) adds each config's largest ones per iteration."""
+    _write(tmp_path, "ddtree_auto_8_fa3_pin0_phases", 400, 3000.0, {"run_batch": (10, 1900.0)})
+    path = tmp_path / "ddtree_auto_8_fa3_pin0_phases.400.json"
+    data = json.loads(path.read_text())
+    data["iterations"]["extend"] = 4
+    data["other_modes"] = {"extend": {"run_batch": {"calls": 4, "total_us": 400000.0, "us_per_iteration": 100000.0,
+                                                    "max_us": 250000.0}}}
+    path.write_text(json.dumps(data))
+    _write(tmp_path, "plain_fa3_phases", 300, 1500.0, {"run_batch": (10, 900.0)})  # an older file: no rows
+    text = summary.table(summary.load(str(tmp_path)))
+    assert "ddtree_auto_8_fa3_pin0_phases: 4 extend iterations" in text
+    assert [line.split() for line in text.splitlines() if line.startswith("  run_batch")] == \
+        [["run_batch", "100000.0", "(250000.0)"]]
+    assert "plain_fa3_phases: " not in text

@@ -174,6 +174,11 @@ def test_phase_times_count_decode_iterations_only(tmp_path):
     assert s["targets"]["run_batch"] == {"calls": 4, "total_us": 12e6, "us_per_decode_iteration": 3e6, "max_us": 3e6}
     assert s["targets"]["process_batch_result"] == {"calls": 3, "total_us": 6e6, "us_per_decode_iteration": 1.5e6,
                                                     "max_us": 2e6}
+    # the prefill iterations' steps, kept apart per mode: the first prefill's process_batch_result only
+    assert s["other_modes"] == {"extend": {"process_batch_result": {"calls": 1, "total_us": 0.25e6,
+                                                                     "us_per_iteration": 0.125e6, "max_us": 0.25e6},
+                                           "run_batch": {"calls": 2, "total_us": 3e6, "us_per_iteration": 1.5e6,
+                                                         "max_us": 2e6}}}
     assert "sync_watch" not in s
     times.dump()
     written = json.loads((tmp_path / f"cfg.{os.getpid()}.json").read_text())

@@ -17,7 +17,9 @@ What is written (``<path>.<pid>.json``, rewritten every ``DUMP_EVERY`` scheduler
     (an idle wait for the next requests), extend->decode a prefill;
   targets: per timed function, calls and total microseconds inside decode iterations (an iteration runs from its
     ``run_batch`` start to the next one's: the previous batch's result processing and the next batch's scheduling
-    fall in it, as in the overlap loop). Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the
+    fall in it, as in the overlap loop);
+  other_modes: the same for every other iteration mode (``extend``: a prefill, with the scheduling of the decode
+    batch after it), per mode, per iteration of that mode. Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the
     garbage collector's pauses (``gc.callbacks``), wherever they fell.
 Every target is optional: one that does not resolve in the installed SGLang is skipped (``resolvable``).
 
@@ -87,6 +89,17 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("torch.cuda.streams.Event.synchronize", "Event.synchronize"),
     ("torch.cuda.streams.Stream.synchronize", "Stream.synchronize"),
     ("torch.cuda.synchronize", "torch.cuda.synchronize"),
+    # the prefill iteration's parts (``other_modes``): DFLASH's prefill and draft-KV materialisation, the KV
+    # reservation's allocator call, the radix cache's bookkeeping
+    ("sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2.forward_batch_generation", "DFlashWorkerV2.forward"),
+    ("sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc",
+     "draft_kv_append_eager"),
+    ("sglang_ddtree.worker.info.alloc_for_spec_decode", "alloc_for_spec_decode"),
+    ("sglang.srt.mem_cache.radix_cache.RadixCache.cache_finished_req", "RadixCache.cache_finished_req"),
+    ("sglang.srt.mem_cache.radix_cache.RadixCache.cache_unfinished_req", "RadixCache.cache_unfinished_req"),
+    ("sglang.srt.mem_cache.radix_cache.RadixCache.evict", "RadixCache.evict"),
+    ("sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill", "get_new_batch_prefill"),
+    ("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_extend", "ScheduleBatch.prepare_for_extend"),
 )
 # DDTREE_TEST_SYNC_WATCH's targets: the loop's steps and the explicit waits (few hooks, little Python added)
 WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_result", "recv_requests",
@@ -116,6 +129,7 @@ class PhaseTimes:
         self.calls: Dict[str, int] = {}
         self.total_s: Dict[str, float] = {}
         self.max_s: Dict[str, float] = {}
+        self.other: Dict[str, Dict[str, List[float]]] = {}  # mode -> label -> [calls, total s, max s] (not decode)
         self.iterations: Dict[str, int] = {}
         self.periods_s: List[float] = []
         # wall time from one iteration's start to the next one's, by (this mode -> next mode): decode -> decode is
@@ -149,7 +163,13 @@ class PhaseTimes:
             self.dump()
 
     def add(self, label: str, seconds: float) -> None:
-        if self._last is None or self._last[0] != "decode":  # only inside decode iterations
+        if self._last is None:
+            return
+        if self._last[0] != "decode":  # another mode's iteration: kept apart (``other_modes``)
+            acc = self.other.setdefault(self._last[0], {}).setdefault(label, [0, 0.0, 0.0])
+            acc[0] += 1
+            acc[1] += seconds
+            acc[2] = max(acc[2], seconds)
             return
         self.calls[label] = self.calls.get(label, 0) + 1
         self.total_s[label] = self.total_s.get(label, 0.0) + seconds
@@ -195,6 +215,11 @@ class PhaseTimes:
                                 "us_per_decode_iteration": round(self.total_s[label] * 1e6 / decode, 1)
                                 if decode else None, "max_us": round(self.max_s[label] * 1e6, 1)}
                         for label in sorted(self.calls, key=lambda k: -self.total_s[k])},
+            "other_modes": {mode: {label: {"calls": int(c), "total_us": round(t * 1e6, 1),
+                                           "us_per_iteration": round(t * 1e6 / max(1, self.iterations.get(mode, 0)), 1),
+                                           "max_us": round(m * 1e6, 1)}
+                                   for label, (c, t, m) in sorted(labels.items(), key=lambda kv: -kv[1][1])}
+                            for mode, labels in sorted(self.other.items())},
             **({"sync_watch": self.sync_watch.summary()} if self.sync_watch is not None else {}),
         }
 
