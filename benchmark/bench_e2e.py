@@ -103,8 +103,8 @@ def engine_kwargs(spec: str, draft: str, backend: str) -> dict:
         elif mod in _MODIFIERS:
             kw.update(_MODIFIERS[mod])
         elif mod not in ENV_MODIFIERS and mod not in AFTER_WARMUP and plugin_hooks(mod) is None:
-            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP) + ["pin<bucket>", "phases", "syncwatch", "floor"]
-                     + list(ATTENTION_BACKENDS))
+            known = (sorted(_MODIFIERS) + sorted(ENV_MODIFIERS) + sorted(AFTER_WARMUP)
+                     + ["pin<bucket>", "phases", "syncwatch", "split", "floor"] + list(ATTENTION_BACKENDS))
             raise ValueError(f"unknown config modifier {mod!r}: use one of {known}")
     if spec == "plain":
         return kw
@@ -176,6 +176,8 @@ ENV_MODIFIERS = {
 # the host waits timed, and every synchronizing CUDA call counted by call site (``phase_times.SyncWatch``). floor:
 # every round of a budget-auto engine replaced by the least a width-0 round can do (``ddtree_test_hooks.floor_round``:
 # greedy, never drafts again), to split a width-0 round's cost into the round's own and the spec-v2 path's floor.
+# split: the phases file with only the loop's steps, the host waits and a decode iteration's once-an-iteration parts
+# timed (``phase_times.SPLIT_LABELS``), so that a speculative iteration's parts compare with plain decoding's.
 PHASES_DIR_ENV = "DDTREE_BENCH_PHASES_DIR"
 
 
@@ -194,6 +196,8 @@ def plugin_hooks(mod: str, spec: str = ""):
         return dict(phase_times=phases_path(spec)) if spec else {}
     if mod == "syncwatch":
         return dict(sync_watch=phases_path(spec)) if spec else {}
+    if mod == "split":
+        return dict(phase_times=phases_path(spec), phase_split=True) if spec else {}
     if mod == "floor":
         return dict(floor_round=True)
     if mod.startswith("pin"):

@@ -187,6 +187,8 @@ case "${1:-}" in
     # synchronizing CUDA call counted by call site (the summary lists the sites); configs without either run clean.
     # ddtree:auto:8+fa3+floor+syncwatch: every round the least a width-0 round can do (test plugin's floor_round),
     # against AR and the real width-0 round (+pin0): how much of the gap is the round's own cost.
+    # +split (instead of +phases): the loop, the waits and the once-an-iteration parts only (phase_times.SPLIT_LABELS),
+    # e.g. PHASES_CONFIGS=plain+fa3+split,ddtree:auto:8+fa3+floor+split: where the floor's iteration exceeds AR's.
     OUT=${OUT:-/tmp/phases_out}
     mkdir -p "$OUT/phases"
     # shellcheck disable=SC1091

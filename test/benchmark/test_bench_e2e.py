@@ -200,3 +200,15 @@ def test_the_syncwatch_and_floor_modifiers(tmp_path, monkeypatch):
     assert bench_e2e.engine_env("ddtree:auto:8+fa3+syncwatch")["DDTREE_TEST_FLOOR_ROUND"] == ""
     assert bench_e2e.engine_kwargs("ddtree:auto:8+floor", "D", "triton") == bench_e2e.engine_kwargs("ddtree:auto:8",
                                                                                                     "D", "triton")
+
+
+def test_the_split_modifier(tmp_path, monkeypatch):
+    """``+split``: the phases file per config with the narrowed timer (``DDTREE_TEST_PHASE_SPLIT``); the engine's
+    arguments are the config's own."""
+    monkeypatch.setenv(bench_e2e.PHASES_DIR_ENV, str(tmp_path / "phases"))
+    env = bench_e2e.engine_env("plain+fa3+split")
+    assert env["DDTREE_TEST_PHASE_TIMES"] == str(tmp_path / "phases" / "plain_fa3_split")
+    assert env["DDTREE_TEST_PHASE_SPLIT"] == "1" and env["DDTREE_TEST_SYNC_WATCH"] == ""
+    assert bench_e2e.engine_env("plain+fa3+phases")["DDTREE_TEST_PHASE_SPLIT"] == ""
+    assert bench_e2e.engine_kwargs("plain+fa3+split", "D", "triton") == bench_e2e.engine_kwargs("plain+fa3", "D",
+                                                                                                 "triton")

@@ -27,7 +27,8 @@ TEST_VARS = hook_env.ALL_VARS
 def plugin_env(*, draft_oracle: str = "", reverse_ranks: bool = False, verify_dump: str = "",
                verify_dump_rounds: int = 0, corrupt_mask: str = "", cycle_budgets: bool = False,
                hybrid_fault: str = "", compile_log: str = "", pin_budget: int = -1,
-               phase_times: str = "", sync_watch: str = "", floor_round: bool = False, base=None) -> dict:
+               phase_times: str = "", sync_watch: str = "", floor_round: bool = False, phase_split: bool = False,
+               base=None) -> dict:
     """Variables to ADD to ``base`` (default ``os.environ``) for an engine process with these hooks.
     Always sets every DDTREE_TEST_* variable (empty = off), so nothing leaks in from ``base``."""
     base = os.environ if base is None else base
@@ -46,6 +47,7 @@ def plugin_env(*, draft_oracle: str = "", reverse_ranks: bool = False, verify_du
         hook_env.PHASE_TIMES: str(phase_times or ""),
         hook_env.SYNC_WATCH: str(sync_watch or ""),
         hook_env.FLOOR_ROUND: "1" if floor_round else "",
+        hook_env.PHASE_SPLIT: "1" if phase_split else "",
     }
     allowed = base.get("SGLANG_PLUGINS", "").strip()
     if allowed and "ddtree_test" not in [x.strip() for x in allowed.split(",")]:

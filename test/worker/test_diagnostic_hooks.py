@@ -276,6 +276,28 @@ def test_sync_watch_env_and_hooks(tmp_path, monkeypatch):
     assert phase_times._TIMES.sync_watch is not None
 
 
+def test_phase_split_env_and_hooks(tmp_path, monkeypatch):
+    """DDTREE_TEST_PHASE_SPLIT=1 narrows the full phase timer to the loop, the waits and a decode iteration's
+    once-an-iteration parts: the round and its verify set-up stay timed, every Triton launch and graph replay does
+    not; alone (without a phase-times path) or with another value it is refused."""
+    prefix = str(tmp_path / "floor")
+    with pytest.raises(ValueError, match="DDTREE_TEST_PHASE_TIMES too"):
+        HookEnv.from_env({"DDTREE_TEST_PHASE_SPLIT": "1"})
+    with pytest.raises(ValueError, match="use 1 or 0"):
+        HookEnv.from_env({"DDTREE_TEST_PHASE_SPLIT": "yes", "DDTREE_TEST_PHASE_TIMES": prefix})
+    assert HookEnv.from_env({"DDTREE_TEST_PHASE_SPLIT": "1", "DDTREE_TEST_PHASE_TIMES": prefix}).phase_split
+    phase_times = _fresh_phase_times(monkeypatch)
+    calls = registrations(monkeypatch, {"DDTREE_TEST_PHASE_TIMES": prefix, "DDTREE_TEST_PHASE_SPLIT": "1"})
+    labels = {label for target, label in phase_times.TARGETS if target in {t for t, _, _ in calls}}
+    assert labels <= phase_times.SPLIT_LABELS
+    assert {"run_batch", "_decode_round", "prepare_for_verify", "ForwardBatch.init_new"} - labels == \
+        {"ForwardBatch.init_new"}
+    assert not labels & {"triton launches", "CUDAGraph.replay", "greedy_accept_commit"}
+    assert phase_times._TIMES.sync_watch is None
+    _fresh_phase_times(monkeypatch)
+    assert len(registrations(monkeypatch, {"DDTREE_TEST_PHASE_TIMES": prefix})) > len(calls)  # the full timer
+
+
 def test_a_phase_timer_wraps_through_the_hook_registry(monkeypatch):
     """The timer's AROUND contract is the registry's (``fn(original, *args, **kwargs)``), on a method and a function
     of a throwaway module, patched and timed as SGLang's ``apply_hooks`` patches the real targets."""

@@ -88,7 +88,8 @@ def register() -> None:
     if env.phase_times or env.sync_watch:
         from ddtree_test_hooks import phase_times
 
-        for target, fn in phase_times.planned(env.phase_times or env.sync_watch, sync_watch=bool(env.sync_watch)):
+        for target, fn in phase_times.planned(env.phase_times or env.sync_watch, sync_watch=bool(env.sync_watch),
+                                              split=env.phase_split):
             HookRegistry.register(target, fn, HookType.AROUND)
     logger.warning("!!! DDTREE TEST HOOKS REGISTERED (%s): for tests only. !!!",
                    ", ".join(f"{t.rsplit('.', 1)[-1]}:{f.__name__}" for t, f in planned_hooks(env)))

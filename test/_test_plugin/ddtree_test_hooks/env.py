@@ -18,6 +18,9 @@ DDTREE_TEST_PHASE_TIMES=<path>         time chosen scheduler / worker functions 
 DDTREE_TEST_SYNC_WATCH=<path>          the phase times of the loop's steps and the host waits only, plus every
                                        synchronizing CUDA call counted by call site (``phase_times.SyncWatch``);
                                        excludes DDTREE_TEST_PHASE_TIMES
+DDTREE_TEST_PHASE_SPLIT=1              with DDTREE_TEST_PHASE_TIMES: only the loop's steps, the host waits and the
+                                       once-an-iteration parts of a decode step (``phase_times.SPLIT_LABELS``) are
+                                       timed, few enough hooks to compare a speculative iteration with a plain one
 DDTREE_TEST_FLOOR_ROUND=1              every decode round replaced by the least a width-0 round can do (``floor_round``:
                                        budget auto, greedy; the drafter's KV is not kept, so it never drafts again)
 DDTREE_TEST_COMPILE_LOG=<path>         append a JSON line there after the start-up warm-up of the round's kernels
@@ -42,8 +45,9 @@ PIN_BUDGET = "DDTREE_TEST_PIN_BUDGET"
 PHASE_TIMES = "DDTREE_TEST_PHASE_TIMES"
 SYNC_WATCH = "DDTREE_TEST_SYNC_WATCH"
 FLOOR_ROUND = "DDTREE_TEST_FLOOR_ROUND"
+PHASE_SPLIT = "DDTREE_TEST_PHASE_SPLIT"
 ALL_VARS = (DRAFT_ORACLE, REVERSE_RANKS, VERIFY_DUMP, VERIFY_DUMP_ROUNDS, CORRUPT_MASK, CYCLE_BUDGETS, HYBRID_FAULT,
-            COMPILE_LOG, PIN_BUDGET, PHASE_TIMES, SYNC_WATCH, FLOOR_ROUND)
+            COMPILE_LOG, PIN_BUDGET, PHASE_TIMES, SYNC_WATCH, FLOOR_ROUND, PHASE_SPLIT)
 CORRUPT_MODES = ("causal",)
 HYBRID_FAULTS = ("chain_commit", "reversed_siblings")
 DEFAULT_DUMP_ROUNDS = 4
@@ -63,6 +67,7 @@ class HookEnv:
     phase_times: str = ""
     sync_watch: str = ""
     floor_round: bool = False
+    phase_split: bool = False
 
     @property
     def any(self) -> bool:
@@ -80,13 +85,14 @@ class HookEnv:
         cycle = get(CYCLE_BUDGETS)
         if cycle not in ("", "0", "1"):
             raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
-        floor = get(FLOOR_ROUND)
-        if floor not in ("", "0", "1"):
-            raise ValueError(f"{FLOOR_ROUND}={floor!r}: use 1 or 0.")
+        floor, split = get(FLOOR_ROUND), get(PHASE_SPLIT)
+        for var, value in ((FLOOR_ROUND, floor), (PHASE_SPLIT, split)):
+            if value not in ("", "0", "1"):
+                raise ValueError(f"{var}={value!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),
                   verify_dump=get(VERIFY_DUMP), corrupt_mask=get(CORRUPT_MASK), cycle_budgets=cycle == "1",
                   hybrid_fault=get(HYBRID_FAULT), compile_log=get(COMPILE_LOG), phase_times=get(PHASE_TIMES),
-                  sync_watch=get(SYNC_WATCH), floor_round=floor == "1")
+                  sync_watch=get(SYNC_WATCH), floor_round=floor == "1", phase_split=split == "1")
         if out.draft_oracle and out.reverse_ranks:
             raise ValueError(f"{DRAFT_ORACLE} and {REVERSE_RANKS} exclude each other.")
         if out.draft_oracle and not os.path.isfile(out.draft_oracle):
@@ -97,6 +103,8 @@ class HookEnv:
                              "hooks.")
         if out.phase_times and out.sync_watch:
             raise ValueError(f"{PHASE_TIMES} and {SYNC_WATCH} exclude each other.")
+        if out.phase_split and not out.phase_times:
+            raise ValueError(f"{PHASE_SPLIT}=1 chooses which functions {PHASE_TIMES} times: set {PHASE_TIMES} too.")
         if out.corrupt_mask and out.corrupt_mask not in CORRUPT_MODES:
             raise ValueError(f"{CORRUPT_MASK}={out.corrupt_mask!r}: modes are {', '.join(CORRUPT_MODES)}.")
         if out.hybrid_fault and out.hybrid_fault not in HYBRID_FAULTS:

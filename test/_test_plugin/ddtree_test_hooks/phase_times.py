@@ -105,6 +105,16 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
 WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_result", "recv_requests",
                           "process_input_requests", "launch_batch_sample_if_needed", "_apply_war_barrier", "on_idle",
                           "Event.synchronize", "Stream.synchronize", "torch.cuda.synchronize"})
+# DDTREE_TEST_PHASE_SPLIT's targets: WAIT_TARGETS and the parts of a decode iteration each called about once an
+# iteration (the scheduling, the future map, the forward's set-up and replay, sampling, the round and its verify),
+# few enough hooks (~1 us each) that a speculative iteration compares with a plain one; the full set times hot
+# functions (every Triton launch, every graph replay) and inflated plain decoding's period ~1.8x (session 34)
+SPLIT_LABELS = WAIT_TARGETS | frozenset({
+    "update_running_batch", "ScheduleBatch.prepare_for_decode", "DDTreeDraftInput.prepare_for_decode",
+    "FutureMap.resolve_seq_lens_cpu", "FutureMap.publish", "resolve_forward_inputs", "_relay_forward_payload",
+    "stream_output", "TpModelWorker.forward_batch_generation", "ModelRunner.forward", "ModelRunner.sample",
+    "graph_runner.load_batch", "graph_runner.execute", "DDTreeWorker.forward_batch_generation", "_decode_round",
+    "_verify", "prepare_for_verify"})
 # the overlap loop's own steps (``Scheduler.event_loop_overlap``): their sum against the period says how much of an
 # iteration none of them holds
 LOOP_STEPS = ("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch", "process_batch_result",
@@ -305,9 +315,9 @@ class SyncWatch:
 _TIMES: Optional[PhaseTimes] = None
 
 
-def planned(path: str, *, sync_watch: bool = False) -> List[Tuple[str, object]]:
+def planned(path: str, *, sync_watch: bool = False, split: bool = False) -> List[Tuple[str, object]]:
     """[(target, AROUND hook)] for every resolvable target (``sync_watch``: ``WAIT_TARGETS`` only, and the sync watch
-    on); the process's accumulators write to ``path``."""
+    on; ``split``: ``SPLIT_LABELS`` only); the process's accumulators write to ``path``."""
     global _TIMES
     if _TIMES is None:
         _TIMES = PhaseTimes(path)
@@ -317,5 +327,6 @@ def planned(path: str, *, sync_watch: bool = False) -> List[Tuple[str, object]]:
             import torch
 
             _TIMES.sync_watch = SyncWatch(torch.cuda)
+    only = WAIT_TARGETS if sync_watch else SPLIT_LABELS if split else None
     return [(target, _TIMES.around(label)) for target, label in TARGETS
-            if resolvable(target) and (not sync_watch or label in WAIT_TARGETS)]
+            if resolvable(target) and (only is None or label in only)]
