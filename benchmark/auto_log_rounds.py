@@ -4,7 +4,8 @@ of every round in order, and per (batch size, bucket) the round periods (count, 
 line carries them (since session 27), the cost model's estimates for that key beside them.
 
 Reads logs of engines run with ``decode_log_interval=1`` at INFO (``bench_shape.py`` sets both for every config
-of a run with an auto engine; ``+loginfo`` elsewhere logs one line per 40 rounds, which this skips). A line whose
+of a run with an auto engine; ``+logrounds`` sets them for one config of ``bench_e2e`` / ``bench_paired``;
+``+loginfo`` logs one line per 40 rounds, which this skips). A line whose
 interval held one round names its bucket (``rounds by budget b:1``) and its period is #running-req x accept len
 / gen throughput: a host-side reading of the time since the previous line, coarser than the GPU events the
 policy itself reads (on random weights, accept len 1). Under the overlap scheduler a line may be written while
@@ -50,8 +51,10 @@ def rounds(lines):
 
 
 def summarise(rows, batch_sizes=None) -> dict:
-    """{bs: {"sequence": [bucket, ...], "buckets": {bucket: {rounds, median_ms, min_ms, max_ms,
-    quantiles_over_median, slow_share, fast_share}}}}; slow / fast: rounds more than 5 % above / below the median."""
+    """{bs: {"sequence": [bucket, ...], "buckets": {bucket: {rounds, median_ms, mean_ms, min_ms, max_ms,
+    quantiles_over_median, slow_share, fast_share}}}}; slow / fast: rounds more than 5 % above / below the median.
+    The mean is what throughput pays; the cost model estimates a key by a lower median (robust to single stalls), so
+    where a bucket's rounds are skewed the two part and the policy under-prices it."""
     out = {}
     for bs, budget, ms, est in rows:
         if batch_sizes and bs not in batch_sizes:
@@ -67,7 +70,8 @@ def summarise(rows, batch_sizes=None) -> dict:
             ordered, med = sorted(periods), statistics.median(periods)
             n = len(ordered)
             buckets[budget] = {
-                "rounds": n, "median_ms": round(med, 3), "min_ms": round(ordered[0], 3),
+                "rounds": n, "median_ms": round(med, 3), "mean_ms": round(statistics.fmean(periods), 3),
+                "min_ms": round(ordered[0], 3),
                 "max_ms": round(ordered[-1], 3),
                 "quantiles_over_median": {str(q): round(ordered[round(q * (n - 1))] / med, 3) for q in _QUANTILES},
                 "slow_share": round(sum(p > 1.05 * med for p in periods) / n, 3),
@@ -100,7 +104,8 @@ def main(argv=None) -> int:
             for budget, s in entry["buckets"].items():
                 q = s["quantiles_over_median"]
                 est = s.get("estimate_ms")
-                print(f"    budget {budget}: {s['rounds']} rounds, median {s['median_ms']:.2f} ms "
+                print(f"    budget {budget}: {s['rounds']} rounds, median {s['median_ms']:.2f} ms, "
+                      f"mean {s['mean_ms']:.2f} "
                       f"(min {s['min_ms']:.2f}, max {s['max_ms']:.2f}; 5/95 % {q['0.05']:.3f} / {q['0.95']:.3f} "
                       f"of the median; {s['slow_share']:.0%} slow, {s['fast_share']:.0%} fast by > 5 %)"
                       + (f"; cost model median {est['median']:.2f}, last {est['last']:.2f} ms" if est else ""))

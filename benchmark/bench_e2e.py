@@ -149,7 +149,10 @@ _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disabl
               "gclog": dict(log_level="info"),
               # the engine log at INFO: budget auto's start-up cost table and policy, and every decode-log line's
               # "auto budget: mean M, rounds by budget b:n ..." (one line per 40 rounds; prefill lines too)
-              "loginfo": dict(log_level="info")}
+              "loginfo": dict(log_level="info"),
+              # a decode-log line every round (a diagnostic: the lines cost host time): budget auto's bucket and
+              # period per round, which benchmark/auto_log_rounds.py summarises per bucket (median against mean)
+              "logrounds": dict(log_level="info", decode_log_interval=1)}
 # Config modifiers that set environment variables of the engine's processes (``engine_env``).
 ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)

@@ -32,7 +32,7 @@ def test_rounds_and_summary():
     s = auto_log_rounds.summarise(rows, {2})
     assert list(s) == [2] and s[2]["sequence"] == [31, 31, 31, 31, 63]
     b31 = s[2]["buckets"][31]
-    assert b31["rounds"] == 4 and b31["median_ms"] == 8.0 and b31["max_ms"] == 10.0
+    assert b31["rounds"] == 4 and b31["median_ms"] == 8.0 and b31["max_ms"] == 10.0 and b31["mean_ms"] == 8.5
     assert b31["slow_share"] == 0.25 and b31["fast_share"] == 0.0 and b31["quantiles_over_median"]["1.0"] == 1.25
     assert set(auto_log_rounds.summarise(rows)) == {1, 2}
 

@@ -90,6 +90,9 @@ def test_after_warmup_modifiers():
     # +loginfo: the engine log at INFO (budget auto's start-up policy, its per-40-rounds budget mix), no env
     assert bench_e2e.engine_kwargs("ddtree:auto:8+fa3+loginfo", "D", "triton")["log_level"] == "info"
     assert bench_e2e.engine_env("ddtree:auto:8+fa3+loginfo") == {}
+    # +logrounds: a decode-log line every round at INFO (auto_log_rounds.py reads the periods per bucket)
+    kw = bench_e2e.engine_kwargs("ddtree:auto:8+fa3+logrounds", "D", "triton")
+    assert kw["log_level"] == "info" and kw["decode_log_interval"] == 1
     e = Engine()
     bench_e2e.after_warmup(e, "ddtree:63:8+fa3")
     assert e.frozen == 0
