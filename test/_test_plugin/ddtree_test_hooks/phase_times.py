@@ -19,8 +19,9 @@ What is written (``<path>.<pid>.json``, rewritten every ``DUMP_EVERY`` scheduler
     ``run_batch`` start to the next one's: the previous batch's result processing and the next batch's scheduling
     fall in it, as in the overlap loop);
   other_modes: the same for every other iteration mode (``extend``: a prefill, with the scheduling of the decode
-    batch after it), per mode, per iteration of that mode. Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the
-    garbage collector's pauses (``gc.callbacks``), wherever they fell.
+    batch after it), per mode, per iteration of that mode.
+  Times are inclusive: ``run_batch`` holds the worker's round. ``gc``: the garbage collector's pauses
+  (``gc.callbacks``), wherever they fell.
 Every target is optional: one that does not resolve in the installed SGLang is skipped (``resolvable``).
 
 DDTREE_TEST_SYNC_WATCH=<path> (instead of the above): the same file, but only the loop's steps and the explicit host
