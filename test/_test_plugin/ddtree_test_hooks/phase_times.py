@@ -137,10 +137,9 @@ class PhaseTimes:
 
     def __init__(self, path: str, clock=time.perf_counter):
         self.path, self.clock = path, clock
-        self.calls: Dict[str, int] = {}
-        self.total_s: Dict[str, float] = {}
-        self.max_s: Dict[str, float] = {}
-        self.other: Dict[str, Dict[str, List[float]]] = {}  # mode -> label -> [calls, total s, max s] (not decode)
+        # iteration mode -> label -> [calls, total seconds, longest seconds]: "decode" makes ``targets``, the other
+        # modes ``other_modes``
+        self.timed: Dict[str, Dict[str, List[float]]] = {}
         self.iterations: Dict[str, int] = {}
         self.periods_s: List[float] = []
         # wall time from one iteration's start to the next one's, by (this mode -> next mode): decode -> decode is
@@ -173,19 +172,18 @@ class PhaseTimes:
             self._since_dump = 0
             self.dump()
 
+    @property
+    def calls(self) -> Dict[str, int]:
+        """Calls per label inside decode iterations."""
+        return {label: int(acc[0]) for label, acc in self.timed.get("decode", {}).items()}
+
     def add(self, label: str, seconds: float) -> None:
         if self._last is None:
             return
-        if self._last[0] != "decode":  # another mode's iteration: kept apart (``other_modes``)
-            acc = self.other.setdefault(self._last[0], {}).setdefault(label, [0, 0.0, 0.0])
-            acc[0] += 1
-            acc[1] += seconds
-            acc[2] = max(acc[2], seconds)
-            return
-        self.calls[label] = self.calls.get(label, 0) + 1
-        self.total_s[label] = self.total_s.get(label, 0.0) + seconds
-        if seconds > self.max_s.get(label, 0.0):
-            self.max_s[label] = seconds
+        acc = self.timed.setdefault(self._last[0], {}).setdefault(label, [0, 0.0, 0.0])
+        acc[0] += 1
+        acc[1] += seconds
+        acc[2] = max(acc[2], seconds)
 
     def gc_callback(self, phase: str, info: dict) -> None:
         """``gc.callbacks`` entry: a collection's pause counts as target ``gc``."""
@@ -214,7 +212,8 @@ class PhaseTimes:
     def summary(self) -> dict:
         periods = [p * 1e6 for p in self.periods_s]
         decode = self.iterations.get("decode", 0)
-        loop = sum(self.total_s.get(k, 0.0) for k in LOOP_STEPS) * 1e6
+        timed = self.timed.get("decode", {})
+        loop = sum(timed[k][1] for k in LOOP_STEPS if k in timed) * 1e6
         return {
             "format": 1, "pid": os.getpid(), "iterations": dict(self.iterations),
             "loop_steps_us_per_decode_iteration": round(loop / decode, 1) if decode else None,
@@ -222,15 +221,15 @@ class PhaseTimes:
             "transitions_us": {k: round(v * 1e6, 1) for k, v in sorted(self.transitions_s.items())},
             "period_us": {"count": len(periods), "median": statistics.median(periods) if periods else None,
                           "mean": statistics.fmean(periods) if periods else None},
-            "targets": {label: {"calls": self.calls[label], "total_us": round(self.total_s[label] * 1e6, 1),
-                                "us_per_decode_iteration": round(self.total_s[label] * 1e6 / decode, 1)
-                                if decode else None, "max_us": round(self.max_s[label] * 1e6, 1)}
-                        for label in sorted(self.calls, key=lambda k: -self.total_s[k])},
+            "targets": {label: {"calls": int(c), "total_us": round(t * 1e6, 1),
+                                "us_per_decode_iteration": round(t * 1e6 / decode, 1) if decode else None,
+                                "max_us": round(m * 1e6, 1)}
+                        for label, (c, t, m) in _by_total(timed)},
             "other_modes": {mode: {label: {"calls": int(c), "total_us": round(t * 1e6, 1),
                                            "us_per_iteration": round(t * 1e6 / max(1, self.iterations.get(mode, 0)), 1),
                                            "max_us": round(m * 1e6, 1)}
-                                   for label, (c, t, m) in sorted(labels.items(), key=lambda kv: -kv[1][1])}
-                            for mode, labels in sorted(self.other.items())},
+                                   for label, (c, t, m) in _by_total(labels)}
+                            for mode, labels in sorted(self.timed.items()) if mode != "decode"},
             **({"sync_watch": self.sync_watch.summary()} if self.sync_watch is not None else {}),
         }
 
@@ -242,6 +241,11 @@ class PhaseTimes:
         with open(tmp, "w") as f:
             json.dump(self.summary(), f, indent=1)
         os.replace(tmp, f"{self.path}.{os.getpid()}.json")
+
+
+def _by_total(labels: Dict[str, List[float]]) -> list:
+    """(label, [calls, total, longest]) pairs, the largest total first."""
+    return sorted(labels.items(), key=lambda kv: -kv[1][1])
 
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"  # torch's sync debug warning (set_sync_debug_mode)
