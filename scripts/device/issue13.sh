@@ -115,7 +115,7 @@ case "${1:-}" in
     # (fa3 staged; carry [".device/env.sh", ".fa3/sha.txt"] on a machine the bundle was unpacked on)
     LIM=${CMD_TIMEOUT_S:-540}
     CMD_TIMEOUT_S=$LIM exec bash $PAR \
-      "unit=$PYT test/worker/test_warmup_gpu.py test/tree/test_gpu.py" \
+      "unit=$PYT test/worker/test_warmup_gpu.py test/tree/test_gpu.py test/worker/test_draft_kv_graph.py" \
       "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs ${LEAN_FA3:-sharp:plain_fa3,sharp:dd_fa3_auto_w0,sharp:dd_fa3_auto_cycle_compiles,sharp:dd_fa3_auto_chain} --deadline-s $(( LIM - 30 ))" \
       "parity_fa3_more=$MODELS /tmp/m_fb && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fb --out \$CMD_OUT --configs ${LEAN_FA3_MORE:-sharp:plain_fa3,sharp:dd_fa3_auto_w0_nograph,sharp:dd_fa3_auto_w0_nooverlap,sharp:dd_fa3_auto_chain_nooverlap} --deadline-s $(( LIM - 30 ))" \
       "parity_triton=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${LEAN_TRITON:-sharp:plain_triton,sharp:dd_triton_auto_w0,sharp:dd_triton_auto_cycle_compiles,sharp:dd_triton_b15} --deadline-s $(( LIM - 30 ))" \

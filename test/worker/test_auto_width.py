@@ -96,6 +96,22 @@ def test_forecast_rounds_stage_expected_drafts_per_bucket(auto):
     assert auto.accept.ratio_for(3) == pytest.approx(1.0 / 1.65)
 
 
+def test_only_forecast_rounds_stage_numbers(auto):
+    """A drafting round without a forecast stages nothing (its accepted drafts would be read by nobody: the accept
+    model and the metrics pair them with a prediction); its period is still measured and the round counted."""
+    scores = torch.zeros((8, 64))
+    plain = [_round(auto, 8, 15, span_ms=1.0, gap_ms=1.0) for _ in range(3)]
+    forecast = _round(auto, 8, 15, span_ms=1.0, gap_ms=1.0, scores=scores)
+    assert [s.staged for s in plain] == [False] * 3 and forecast.staged
+    assert not any(bool(s.host.any()) for s in plain)  # nothing was copied back
+    _round(auto, 8, 15, span_ms=1.0, gap_ms=1.0)  # the forecast round's period ends where this one begins
+    _Clock.done_until = _Clock.now
+    auto.choose(8)
+    # four rounds read (the fifth's period has not ended), one of them with a prediction
+    assert metrics.AUTO_STATS.rounds_by_budget[15] == 4 and metrics.AUTO_STATS.drafted_request_rounds == 8
+    assert auto.costs.observations(8, 15) == 4
+
+
 def test_forecasts_every_fourth_drafting_round_and_never_with_a_stated_table(auto, monkeypatch):
     """With the drafter's scores: every drafting round until a forecast is stored, then every FORECAST_EVERY-th
     (width 0 rounds do not count). With a stated accept table (benchmarks) no round forecasts: the table reads no

@@ -278,8 +278,8 @@ def test_sync_watch_env_and_hooks(tmp_path, monkeypatch):
 
 def test_phase_split_env_and_hooks(tmp_path, monkeypatch):
     """DDTREE_TEST_PHASE_SPLIT=1 narrows the full phase timer to the loop, the waits and a decode iteration's
-    once-an-iteration parts: the round and its verify set-up stay timed, every Triton launch and graph replay does
-    not; alone (without a phase-times path) or with another value it is refused."""
+    once-an-iteration parts: the round, its parts (each called at most once a round) and its verify set-up stay
+    timed, every Triton launch and graph replay does not; alone (without a phase-times path) or with another value it is refused."""
     prefix = str(tmp_path / "floor")
     with pytest.raises(ValueError, match="DDTREE_TEST_PHASE_TIMES too"):
         HookEnv.from_env({"DDTREE_TEST_PHASE_SPLIT": "1"})
@@ -292,7 +292,8 @@ def test_phase_split_env_and_hooks(tmp_path, monkeypatch):
     assert labels <= phase_times.SPLIT_LABELS
     assert {"run_batch", "_decode_round", "prepare_for_verify", "ForwardBatch.init_new"} - labels == \
         {"ForwardBatch.init_new"}
-    assert not labels & {"triton launches", "CUDAGraph.replay", "greedy_accept_commit"}
+    assert {"_draft", "build_tree", "greedy_accept_commit", "draft_kv_append", "AutoWidth.choose"} <= labels
+    assert not labels & {"triton launches", "CUDAGraph.replay"}
     assert phase_times._TIMES.sync_watch is None
     _fresh_phase_times(monkeypatch)
     assert len(registrations(monkeypatch, {"DDTREE_TEST_PHASE_TIMES": prefix})) > len(calls)  # the full timer

@@ -80,6 +80,18 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("sglang_ddtree.worker.worker.DDTreeWorker._decode_round", "_decode_round"),
     ("sglang_ddtree.worker.worker.DDTreeWorker._verify", "_verify"),
     ("sglang.srt.speculative.dflash_info.DFlashVerifyInput.prepare_for_verify", "prepare_for_verify"),
+    # the round's parts, each called at most once a round (``ROUND_LABELS``, also in the split set)
+    ("sglang_ddtree.worker.worker.DDTreeWorker._host_seq_lens", "_host_seq_lens"),
+    ("sglang_ddtree.worker.worker.DDTreeWorker._draft", "_draft"),
+    ("sglang_ddtree.worker.worker._prepare_dflash_draft_block_unchecked", "draft block inputs"),
+    ("sglang_ddtree.worker.draft_head.DraftTopKHead.read", "draft top-K read"),
+    ("sglang_ddtree.worker.worker.build_tree", "build_tree"),
+    ("sglang_ddtree.worker.worker.fill_root", "fill_root"),
+    ("sglang_ddtree.worker.worker.verify_topology", "verify_topology"),
+    ("sglang_ddtree.worker.chain_inputs.ChainInputs.tree_of", "ChainInputs.tree_of"),
+    ("sglang_ddtree.worker.fa3_tree.round_tree_bits", "round_tree_bits"),
+    ("sglang_ddtree.worker.sampling.greedy_targets", "greedy_targets"),
+    ("sglang_ddtree.worker.kv_commit.AcceptedKVMover.__call__", "move_kv"),
     ("sglang_ddtree.worker.worker.assign_extend_cache_locs_func", "assign_extend_cache_locs"),
     ("sglang_ddtree.worker.worker.greedy_accept_commit", "greedy_accept_commit"),
     ("sglang_ddtree.worker.draft_kv_graph.DraftKVAppendGraphs.__call__", "draft_kv_append"),
@@ -115,7 +127,12 @@ SPLIT_LABELS = WAIT_TARGETS | frozenset({
     "FutureMap.resolve_seq_lens_cpu", "FutureMap.publish", "resolve_forward_inputs", "_relay_forward_payload",
     "stream_output", "TpModelWorker.forward_batch_generation", "ModelRunner.forward", "ModelRunner.sample",
     "graph_runner.load_batch", "graph_runner.execute", "DDTreeWorker.forward_batch_generation", "_decode_round",
-    "_verify", "prepare_for_verify"})
+    "_verify", "prepare_for_verify"}) | frozenset({
+    # the round's parts (once a round each, ~1 us of timer a call: ~15 us a DDTREE round that AR does not pay)
+    "_host_seq_lens", "_draft", "draft block inputs", "draft top-K read", "build_tree", "fill_root", "verify_topology",
+    "ChainInputs.tree_of", "round_tree_bits", "greedy_targets", "move_kv", "assign_extend_cache_locs",
+    "greedy_accept_commit", "draft_kv_append", "make_draft_input", "AutoWidth.choose", "AutoWidth.begin",
+    "AutoWidth.finish"})
 # the overlap loop's own steps (``Scheduler.event_loop_overlap``): their sum against the period says how much of an
 # iteration none of them holds
 LOOP_STEPS = ("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch", "process_batch_result",
