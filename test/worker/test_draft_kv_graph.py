@@ -166,13 +166,20 @@ def test_a_capture_failure_falls_back_to_the_eager_call_with_one_warning(monkeyp
     assert _worker_stand_in(monkeypatch, graphs_sizes=())._init_draft_kv_graphs() is None  # no draft graphs
 
 
-def test_other_hidden_dtypes_and_sizes_above_the_largest_take_the_eager_call():
-    calls = []
+def _eager_only(calls):
+    """Graphs of batch sizes 1 and 2 in bfloat16 with no graph to replay: only the eager call (into ``calls``) may
+    run."""
     graphs = DraftKVAppendGraphs.__new__(DraftKVAppendGraphs)
     graphs.batch_sizes, graphs.width = [1, 2], W
     graphs.hidden = torch.zeros((2 * W, H), dtype=torch.bfloat16)
     graphs.append = lambda **kw: calls.append(kw)
-    graphs.graphs = {}  # a replay would fail: only the eager call may run here
+    graphs.graphs = {}  # a replay would fail
+    return graphs
+
+
+def test_other_hidden_dtypes_and_sizes_above_the_largest_take_the_eager_call():
+    calls = []
+    graphs = _eager_only(calls)
     for bs, dtype in ((2, torch.float16), (3, torch.bfloat16)):
         hidden = torch.randn((bs * 6, H)).to(dtype)
         rows = torch.arange(bs * W)
@@ -214,11 +221,7 @@ def test_a_root_append_writes_what_the_eager_call_writes_for_a_width_0_round():
 
 def test_a_root_append_above_the_largest_graph_takes_the_eager_call():
     calls = []
-    graphs = DraftKVAppendGraphs.__new__(DraftKVAppendGraphs)
-    graphs.batch_sizes, graphs.width = [1, 2], W
-    graphs.hidden = torch.zeros((2 * W, H), dtype=torch.bfloat16)
-    graphs.append = lambda **kw: calls.append(kw)
-    graphs.graphs = {}  # a replay would fail: only the eager call may run here
+    graphs = _eager_only(calls)
     for bs, dtype in ((2, torch.float16), (3, torch.bfloat16)):
         hidden, loc = torch.randn((bs, H)).to(dtype), torch.arange(bs)
         ones = torch.ones(bs, dtype=torch.int32)
