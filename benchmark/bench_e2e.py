@@ -289,6 +289,41 @@ def decode_in_batches(engine, prompts, bs: int, params: dict) -> dict:
     return {"outputs": outs, "tokens": n_tok, "wall_s": wall, "mean_accept_length": sum(acc) / len(acc) if acc else None}
 
 
+def decode_continuous(engine, prompts, bs: int, params: dict) -> dict:
+    """Generate ``prompts`` with at most ``bs`` requests in flight, each finished request replaced by the next prompt
+    at once: a server under a steady load of ``bs`` concurrent requests (continuous batching), where
+    ``decode_in_batches`` waits for a whole batch before the next. A speculative engine's requests finish after
+    different numbers of rounds (their accept lengths differ), so in waves every batch runs down to its slowest
+    request at a shrinking batch size, a tail that plain decoding (every request the same number of steps) never
+    has. Returns what ``decode_in_batches`` returns, outputs in prompt order. Uses the engine's own event loop
+    (``Engine.async_generate``, as ``Engine.generate`` runs it)."""
+    import asyncio
+
+    n = len(prompts)
+    outs, accepts = [None] * n, [None] * n
+
+    async def run():
+        slots = asyncio.Semaphore(bs)
+
+        async def one(i):
+            async with slots:
+                r = await engine.async_generate(input_ids=prompts[i], sampling_params=params)
+            outs[i] = list(r["output_ids"])
+            accepts[i] = r["meta_info"].get("spec_accept_length")
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+
+    t = time.perf_counter()
+    engine.loop.run_until_complete(run())
+    wall = time.perf_counter() - t
+    acc = [a for a in accepts if a is not None]
+    return {"outputs": outs, "tokens": sum(len(o) for o in outs), "wall_s": wall,
+            "mean_accept_length": sum(acc) / len(acc) if acc else None}
+
+
+SCHEDULES = {"waves": decode_in_batches, "continuous": decode_continuous}
+
+
 def run_config(spec, target, draft, prompts, args) -> dict:
     import sglang
 

@@ -14,6 +14,12 @@ size: tokens/s of every timed repetition, the median,
 the paired ratio against each baseline (per-repetition ratios: median, min, max), mean accept length
 and token equality with the first plain-decoding config (``plain``, ``plain+fa3``, ...; ``plain_reference``).
 
+``--schedule``: ``waves`` (default, as every session before 36) generates the prompts in consecutive batches of
+``bs`` and waits for each whole batch; ``continuous`` keeps ``bs`` requests in flight, each finished one replaced
+at once (a server under a steady load of ``bs``). A speculative engine's requests finish after different numbers
+of rounds, so in waves each batch runs down to its slowest request at a shrinking batch size; plain decoding has
+no such tail (session 36: b63 on the tiny pair at bs 16 ran ~29 rounds a wave where its mean request needed ~20).
+
     python benchmark/bench_paired.py --target T --draft D --out benchmark/results/paired.json \
         --configs plain,dflash,ddtree:64:8 [--bs 1,16] [--repeats 5] [--baselines dflash,plain]
 Config specs as in ``bench_e2e.py`` (``plain`` | ``dflash`` | ``ddtree:<budget>:<topk>``, optionally
@@ -31,14 +37,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import (COMMON, PROMPTS, after_warmup, decode_in_batches, engine_env, engine_kwargs,  # noqa: E402
+from bench_e2e import (COMMON, PROMPTS, SCHEDULES, after_warmup, engine_env, engine_kwargs,  # noqa: E402
                        environment, fa3_unavailable, plain_reference)
 
 _TAG = "@@BENCH_PAIRED "
 
 
 class _FakeEngine:
-    """TEST ONLY (``BENCH_PAIRED_FAKE_ENGINE=1``): lets the CPU test run the orchestration end to end."""
+    """TEST ONLY (``BENCH_PAIRED_FAKE_ENGINE=1``): lets the CPU test run the orchestration end to end (both
+    schedules: ``generate`` for waves, ``loop`` + ``async_generate`` for continuous)."""
 
     def __init__(self, spec):
         self.accept = None if spec.startswith("plain") else 2.0
@@ -54,6 +61,21 @@ class _FakeEngine:
         time.sleep(0.001 * len(input_ids))
         return [{"output_ids": list(ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
                  "meta_info": {"spec_accept_length": self.accept}} for ids in input_ids]
+
+    @property
+    def loop(self):
+        import asyncio
+
+        if getattr(self, "_loop", None) is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    async def async_generate(self, input_ids, sampling_params):
+        import asyncio
+
+        await asyncio.sleep(0.001)
+        return {"output_ids": list(input_ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
+                "meta_info": {"spec_accept_length": self.accept}}
 
     def shutdown(self):
         pass
@@ -83,7 +105,8 @@ def serve(args) -> int:
             cmd = json.loads(line)
             if cmd.get("quit"):
                 break
-            print(_TAG + json.dumps(decode_in_batches(engine, cmd["prompts"], cmd["bs"], params)), flush=True)
+            decode = SCHEDULES[cmd.get("schedule", "waves")]
+            print(_TAG + json.dumps(decode(engine, cmd["prompts"], cmd["bs"], params)), flush=True)
     finally:
         engine.shutdown()
     return 0
@@ -142,6 +165,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-repeats", type=int, default=1,
                     help="untimed repetitions (every config at every batch size) before the timed ones")
     ap.add_argument("--num-prompts", type=int, default=16, help="prompts per batch size and repetition")
+    ap.add_argument("--schedule", choices=sorted(SCHEDULES), default="waves",
+                    help="waves: consecutive batches of bs, each waited for; continuous: bs requests in flight, "
+                         "each finished one replaced at once (module docstring)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--mem-fraction", type=float, default=0.1, help="mem_fraction_static of EACH engine")
@@ -182,7 +208,7 @@ def main(argv=None) -> int:
               "settings": {**COMMON, "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
                            "attention_backend": args.attention_backend,
                            "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
-                           "repeats": args.repeats, "warmup_repeats": args.warmup_repeats,
+                           "repeats": args.repeats, "warmup_repeats": args.warmup_repeats, "schedule": args.schedule,
                            "target": args.target, "draft": args.draft,
                            "method": "one engine process per config, all alive; each repetition runs every config "
                                      "on the same prompts in a rotated order"},
@@ -201,7 +227,7 @@ def main(argv=None) -> int:
         for _ in range(args.warmup_repeats):  # untimed: the one-time costs of each batch size (module docstring)
             for bs in bs_list:
                 for c in children:
-                    c.ask({"bs": bs, "prompts": prompts})
+                    c.ask({"bs": bs, "prompts": prompts, "schedule": args.schedule})
         if args.warmup_repeats:
             report["warmup_s"] = round(time.time() - t0 - report["engines_ready_s"], 1)
             print(f"[bench_paired] warm-up ({args.warmup_repeats} untimed repetition(s)) done "
@@ -214,7 +240,7 @@ def main(argv=None) -> int:
             for bs in bs_list:
                 order = configs[rep % len(configs):] + configs[: rep % len(configs)]
                 for c in sorted(children, key=lambda c: order.index(c.spec)):
-                    res = c.ask({"bs": bs, "prompts": prompts})
+                    res = c.ask({"bs": bs, "prompts": prompts, "schedule": args.schedule})
                     runs[c.spec][str(bs)].append(res)
             print(f"[bench_paired] repetition {rep + 1}/{args.repeats} done ({time.time() - t0:.0f} s)", flush=True)
             _write(report, runs, bs_list, baselines, t0, args.out, final=False)

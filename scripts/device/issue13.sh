@@ -125,7 +125,8 @@ case "${1:-}" in
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
     # auto vs budget 63 vs plain (fa3, paired), every collection logged with its duration (+gclog) and totalled
-    # per engine log.
+    # per engine log. PAIRED_SCHEDULE=continuous: bs requests kept in flight instead of waves of bs (bench_paired's
+    # --schedule; session 36: in waves a speculative batch runs down to its slowest request).
     OUT=${OUT:-/tmp/${1}_out}
     mkdir -p "$OUT"
     # shellcheck disable=SC1091
@@ -144,7 +145,7 @@ case "${1:-}" in
     # shellcheck disable=SC2086
     timeout -k 10 "$TIMEOUT" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P --configs "$CONFIGS" \
       --baselines "$BASES" --bs "$BS" --repeats "$REPS" --num-prompts "$PROMPTS" --max-new-tokens 64 \
-      --out "$OUT/$NAME" 2>&1 | grep -v "GC start\|GC end" | tail -n 60
+      --schedule "${PAIRED_SCHEDULE:-waves}" --out "$OUT/$NAME" 2>&1 | grep -v "GC start\|GC end" | tail -n 60
     [ "$1" = gc ] && python3 benchmark/gc_log_summary.py "$OUT"/paired_logs/engine_*.log --json "$OUT/gc_summary.json"
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     ls -la "$OUT"

@@ -215,3 +215,33 @@ def test_the_split_modifier(tmp_path, monkeypatch):
     assert bench_e2e.engine_env("plain+fa3+phases")["DDTREE_TEST_PHASE_SPLIT"] == ""
     assert bench_e2e.engine_kwargs("plain+fa3+split", "D", "triton") == bench_e2e.engine_kwargs("plain+fa3", "D",
                                                                                                  "triton")
+
+
+def test_the_continuous_schedule_keeps_bs_requests_in_flight_and_refills_at_once():
+    """``decode_continuous``: never more than bs requests at once, bs reached, a finished request replaced before
+    the slowest of its wave ends (waves would wait for it), outputs in prompt order."""
+    import asyncio
+
+    class Engine:
+        def __init__(self):
+            self.loop = asyncio.new_event_loop()
+            self.in_flight, self.most, self.events = 0, 0, []
+
+        async def async_generate(self, input_ids, sampling_params):
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            self.events.append(("start", input_ids[0]))
+            await asyncio.sleep(0.05 if input_ids[0] == 0 else 0.005)  # prompt 0 is the slow request
+            self.events.append(("end", input_ids[0]))
+            self.in_flight -= 1
+            return {"output_ids": [input_ids[0]] * sampling_params["max_new_tokens"],
+                    "meta_info": {"spec_accept_length": 2.0}}
+
+    engine = Engine()
+    prompts = [[i, 9] for i in range(6)]
+    out = bench_e2e.decode_continuous(engine, prompts, 2, {"max_new_tokens": 3})
+    assert engine.most == 2
+    assert out["outputs"] == [[i] * 3 for i in range(6)] and out["tokens"] == 18 and out["mean_accept_length"] == 2.0
+    # prompts 2..5 all started and ended while the slow prompt 0 was still running
+    assert engine.events.index(("end", 5)) < engine.events.index(("end", 0))
+    assert bench_e2e.SCHEDULES == {"waves": bench_e2e.decode_in_batches, "continuous": bench_e2e.decode_continuous}

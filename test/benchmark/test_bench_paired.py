@@ -69,6 +69,24 @@ def test_the_untimed_warm_up_absorbs_each_batch_sizes_first_decode(tmp_path, war
                 assert first < second / 5, (spec, bs, m["tokens_per_s"])
 
 
+def test_the_continuous_schedule_runs_end_to_end(tmp_path):
+    pair = _pair()
+    out = tmp_path / "paired.json"
+    env = dict(os.environ, BENCH_PAIRED_FAKE_ENGINE="1")
+    proc = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft,
+                           "--configs", "plain,ddtree:8:2", "--baselines", "plain", "--bs", "2", "--repeats", "2",
+                           "--num-prompts", "5", "--max-new-tokens", "5", "--schedule", "continuous",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["settings"]["schedule"] == "continuous"
+    m = rep["results"]["ddtree:8:2"]["2"]
+    assert len(m["tokens_per_s"]) == 2 and m["equal_to_plain"] == "5/5" and "speedup_vs_plain" in m
+    bad = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft, "--schedule",
+                          "batches", "--out", str(out)], env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--schedule: invalid choice: 'batches'" in bad.stderr
+
+
 def test_bad_config_fails_before_any_engine(tmp_path):
     pair = _pair()
     proc = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft,
