@@ -274,19 +274,22 @@ ATTENTION_BACKENDS = ("fa3", "triton", "flashinfer")
 
 
 def decode_in_batches(engine, prompts, bs: int, params: dict) -> dict:
-    """Generate ``prompts`` in consecutive batches of ``bs`` requests; returns outputs (token ids per
-    prompt), tokens (total generated), wall_s and mean_accept_length (meta_info's, None without
-    speculation)."""
-    outs, accepts, n_tok = [], [], 0
+    """Generate ``prompts`` in consecutive batches of ``bs`` requests, each waited for (``_decoded``'s result)."""
+    outs, accepts = [], []
     t = time.perf_counter()
     for s in range(0, len(prompts), bs):
         for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
             outs.append(list(r["output_ids"]))
-            n_tok += len(r["output_ids"])
             accepts.append(r["meta_info"].get("spec_accept_length"))
-    wall = time.perf_counter() - t
+    return _decoded(outs, accepts, time.perf_counter() - t)
+
+
+def _decoded(outs, accepts, wall: float) -> dict:
+    """A schedule's result: outputs (token ids per prompt), tokens (total generated), wall_s and
+    mean_accept_length (meta_info's, None without speculation)."""
     acc = [a for a in accepts if a is not None]
-    return {"outputs": outs, "tokens": n_tok, "wall_s": wall, "mean_accept_length": sum(acc) / len(acc) if acc else None}
+    return {"outputs": outs, "tokens": sum(len(o) for o in outs), "wall_s": wall,
+            "mean_accept_length": sum(acc) / len(acc) if acc else None}
 
 
 def decode_continuous(engine, prompts, bs: int, params: dict) -> dict:
@@ -315,10 +318,7 @@ def decode_continuous(engine, prompts, bs: int, params: dict) -> dict:
 
     t = time.perf_counter()
     engine.loop.run_until_complete(run())
-    wall = time.perf_counter() - t
-    acc = [a for a in accepts if a is not None]
-    return {"outputs": outs, "tokens": sum(len(o) for o in outs), "wall_s": wall,
-            "mean_accept_length": sum(acc) / len(acc) if acc else None}
+    return _decoded(outs, accepts, time.perf_counter() - t)
 
 
 SCHEDULES = {"waves": decode_in_batches, "continuous": decode_continuous}

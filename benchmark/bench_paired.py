@@ -59,8 +59,11 @@ class _FakeEngine:
             self.seen_bs.add(len(input_ids))
             time.sleep(self.first_call_s)
         time.sleep(0.001 * len(input_ids))
-        return [{"output_ids": list(ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
-                 "meta_info": {"spec_accept_length": self.accept}} for ids in input_ids]
+        return [self._answer(ids, sampling_params) for ids in input_ids]
+
+    def _answer(self, ids, sampling_params):
+        return {"output_ids": list(ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
+                "meta_info": {"spec_accept_length": self.accept}}
 
     @property
     def loop(self):
@@ -74,8 +77,7 @@ class _FakeEngine:
         import asyncio
 
         await asyncio.sleep(0.001)
-        return {"output_ids": list(input_ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
-                "meta_info": {"spec_accept_length": self.accept}}
+        return self._answer(input_ids, sampling_params)
 
     def shutdown(self):
         pass

@@ -82,11 +82,8 @@ class HookEnv:
         reverse = get(REVERSE_RANKS).lower()
         if reverse not in ("", "0", "1", "true", "false", "yes", "no"):
             raise ValueError(f"{REVERSE_RANKS}={reverse!r}: use 1 or 0.")
-        cycle = get(CYCLE_BUDGETS)
-        if cycle not in ("", "0", "1"):
-            raise ValueError(f"{CYCLE_BUDGETS}={cycle!r}: use 1 or 0.")
-        floor, split = get(FLOOR_ROUND), get(PHASE_SPLIT)
-        for var, value in ((FLOOR_ROUND, floor), (PHASE_SPLIT, split)):
+        cycle, floor, split = get(CYCLE_BUDGETS), get(FLOOR_ROUND), get(PHASE_SPLIT)
+        for var, value in ((CYCLE_BUDGETS, cycle), (FLOOR_ROUND, floor), (PHASE_SPLIT, split)):
             if value not in ("", "0", "1"):
                 raise ValueError(f"{var}={value!r}: use 1 or 0.")
         out = cls(draft_oracle=get(DRAFT_ORACLE), reverse_ranks=reverse in ("1", "true", "yes"),

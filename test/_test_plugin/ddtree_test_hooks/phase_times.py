@@ -80,7 +80,7 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("sglang_ddtree.worker.worker.DDTreeWorker._decode_round", "_decode_round"),
     ("sglang_ddtree.worker.worker.DDTreeWorker._verify", "_verify"),
     ("sglang.srt.speculative.dflash_info.DFlashVerifyInput.prepare_for_verify", "prepare_for_verify"),
-    # the round's parts, each called at most once a round (``ROUND_LABELS``, also in the split set)
+    # the round's parts, each called at most once a round (``ROUND_LABELS``, in the split set)
     ("sglang_ddtree.worker.worker.DDTreeWorker._host_seq_lens", "_host_seq_lens"),
     ("sglang_ddtree.worker.worker.DDTreeWorker._draft", "_draft"),
     ("sglang_ddtree.worker.worker._prepare_dflash_draft_block_unchecked", "draft block inputs"),
@@ -122,17 +122,19 @@ WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_r
 # iteration (the scheduling, the future map, the forward's set-up and replay, sampling, the round and its verify),
 # few enough hooks (~1 us each) that a speculative iteration compares with a plain one; the full set times hot
 # functions (every Triton launch, every graph replay) and inflated plain decoding's period ~1.8x (session 34)
-SPLIT_LABELS = WAIT_TARGETS | frozenset({
-    "update_running_batch", "ScheduleBatch.prepare_for_decode", "DDTreeDraftInput.prepare_for_decode",
-    "FutureMap.resolve_seq_lens_cpu", "FutureMap.publish", "resolve_forward_inputs", "_relay_forward_payload",
-    "stream_output", "TpModelWorker.forward_batch_generation", "ModelRunner.forward", "ModelRunner.sample",
-    "graph_runner.load_batch", "graph_runner.execute", "DDTreeWorker.forward_batch_generation", "_decode_round",
-    "_verify", "prepare_for_verify"}) | frozenset({
-    # the round's parts (once a round each, ~1 us of timer a call: ~15 us a DDTREE round that AR does not pay)
+# the DDTREE round's parts, each called at most once a round (~1 us of timer a call: ~15 us a DDTREE round that
+# plain decoding does not pay)
+ROUND_LABELS = frozenset({
     "_host_seq_lens", "_draft", "draft block inputs", "draft top-K read", "build_tree", "fill_root", "verify_topology",
     "ChainInputs.tree_of", "round_tree_bits", "greedy_targets", "move_kv", "assign_extend_cache_locs",
     "greedy_accept_commit", "draft_kv_append", "make_draft_input", "AutoWidth.choose", "AutoWidth.begin",
     "AutoWidth.finish"})
+SPLIT_LABELS = WAIT_TARGETS | ROUND_LABELS | frozenset({
+    "update_running_batch", "ScheduleBatch.prepare_for_decode", "DDTreeDraftInput.prepare_for_decode",
+    "FutureMap.resolve_seq_lens_cpu", "FutureMap.publish", "resolve_forward_inputs", "_relay_forward_payload",
+    "stream_output", "TpModelWorker.forward_batch_generation", "ModelRunner.forward", "ModelRunner.sample",
+    "graph_runner.load_batch", "graph_runner.execute", "DDTreeWorker.forward_batch_generation", "_decode_round",
+    "_verify", "prepare_for_verify"})
 # the overlap loop's own steps (``Scheduler.event_loop_overlap``): their sum against the period says how much of an
 # iteration none of them holds
 LOOP_STEPS = ("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch", "process_batch_result",
