@@ -166,17 +166,67 @@ def test_a_capture_failure_falls_back_to_the_eager_call_with_one_warning(monkeyp
     assert _worker_stand_in(monkeypatch, graphs_sizes=())._init_draft_kv_graphs() is None  # no draft graphs
 
 
-def test_other_hidden_dtypes_and_sizes_above_the_largest_take_the_eager_call():
-    calls = []
+def _eager_only(calls):
+    """Graphs of batch sizes 1 and 2 in bfloat16 with no graph to replay: only the eager call (into ``calls``) may
+    run."""
     graphs = DraftKVAppendGraphs.__new__(DraftKVAppendGraphs)
     graphs.batch_sizes, graphs.width = [1, 2], W
     graphs.hidden = torch.zeros((2 * W, H), dtype=torch.bfloat16)
     graphs.append = lambda **kw: calls.append(kw)
-    graphs.graphs = {}  # a replay would fail: only the eager call may run here
+    graphs.graphs = {}  # a replay would fail
+    return graphs
+
+
+def test_other_hidden_dtypes_and_sizes_above_the_largest_take_the_eager_call():
+    calls = []
+    graphs = _eager_only(calls)
     for bs, dtype in ((2, torch.float16), (3, torch.bfloat16)):
         hidden = torch.randn((bs * 6, H)).to(dtype)
         rows = torch.arange(bs * W)
         loc = torch.arange(bs * W).view(bs, W)
         graphs(hidden, rows, loc, rows.clone(), torch.full((bs,), W, dtype=torch.int32))
         assert torch.equal(calls[-1]["target_hidden"], hidden[rows]) and calls[-1]["cache_loc_2d"] is loc
+    assert len(calls) == 2
+
+
+@pytest.mark.gpu
+def test_a_root_append_writes_what_the_eager_call_writes_for_a_width_0_round():
+    """``append_root`` (width-0 rounds: one row per request, in column 0 of the same graphs) between full rounds
+    whose rows and lengths stay in the static buffers: it writes each request's one row at its slot and nothing
+    else, as the eager call with that round's width-1 context, captured and padded batch sizes and above the
+    largest (the eager call)."""
+    device = torch.device("cuda")
+    pool, ref = _Pool(device), _Pool(device)
+    graphs = DraftKVAppendGraphs(pool.append, batch_sizes=[1, 2, 4, 8], width=W, hidden_dim=H,
+                                 dtype=torch.bfloat16, device=device, owners=[pool])
+    g = torch.Generator(device="cpu").manual_seed(5)
+    for i, bs in enumerate([8, 3, 4, 1, 8, 5, 11, 7]):
+        pool.data.zero_()
+        ref.data.zero_()
+        if i % 2 == 0:  # a full round first leaves its W columns and lengths in the static buffers
+            hidden, rows, loc, positions, lens = _round(bs, 6, 100 + i, device)
+            graphs(hidden, rows, loc, positions, lens)
+            ref.append(target_hidden=hidden[rows], cache_loc=loc.view(-1), positions=positions, cache_loc_2d=loc,
+                       commit_lens=lens)
+        hidden = torch.randn((bs, H), generator=g).to(device=device, dtype=torch.bfloat16)
+        loc = (torch.randperm(SLOTS - 1, generator=g)[:bs] + 1).to(device)
+        positions = torch.randint(0, 1000, (bs,), generator=g).to(device)
+        ones = torch.ones(bs, dtype=torch.int32, device=device)
+        graphs.append_root(hidden, loc, positions, ones)
+        ref.append(target_hidden=hidden, cache_loc=loc, positions=positions, cache_loc_2d=loc.view(bs, 1),
+                   commit_lens=ones)
+        torch.cuda.synchronize()
+        assert torch.equal(pool.data, ref.data), f"round {i}, bs {bs}"
+
+
+def test_a_root_append_above_the_largest_graph_takes_the_eager_call():
+    calls = []
+    graphs = _eager_only(calls)
+    for bs, dtype in ((2, torch.float16), (3, torch.bfloat16)):
+        hidden, loc = torch.randn((bs, H)).to(dtype), torch.arange(bs)
+        ones = torch.ones(bs, dtype=torch.int32)
+        graphs.append_root(hidden, loc, loc + 10, ones)
+        kw = calls[-1]
+        assert kw["target_hidden"] is hidden and kw["cache_loc"] is loc and kw["commit_lens"] is ones
+        assert kw["positions"].tolist() == (loc + 10).tolist() and kw["cache_loc_2d"].shape == (bs, 1)
     assert len(calls) == 2

@@ -182,6 +182,7 @@ class Harness:
     def _append(self, target_hidden, cache_loc, positions, cache_loc_2d, commit_lens):
         bs = commit_lens.shape[0]
         width = cache_loc_2d.shape[1]
+        self._round["append_width"] = width  # 1: a width-0 round's root rows alone (``append_root``'s eager call)
         rows = target_hidden.view(bs, width, HIDDEN)
         for b in range(bs):
             p = self.seq_lens[b]
@@ -325,6 +326,8 @@ def test_budget_auto_on_fa3_with_the_chain_is_the_targets_greedy_sequence(cpu_ro
         assert r["moved"] is (not shaped), r  # a chain's nodes already sit in their final slots
         assert r["mask"] is r["bits"] is (not shaped), r  # a tree round's mask is built (fa3 reads its bits)
         assert r["finish"][1] is (budget != 0)
+        # width 0 commits without the launch (``root_commit``) and appends the verify's one row per request
+        assert r["append_width"] == (1 if budget == 0 else config.accept_width), r
     assert all(len(e) >= 24 for e in h.emitted)
 
 

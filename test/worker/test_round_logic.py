@@ -149,3 +149,36 @@ def test_small_auto_buckets_commit_padded_to_the_servers_accept_width(budget):
         assert torch.equal(c.accept_lens, torch.ones(bs, dtype=torch.int32))
         assert torch.equal(c.bonus, target_next[:, 0])
     assert pad_commit(c, width) is c
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_width_0_round_commits_what_the_one_row_tree_commits(seed):
+    """``root_commit`` (width 0 without the commit launch) hands back what ``greedy_accept_commit`` does for a
+    one-row tree at the server's accept width: the same tokens (the bonus, then 0), bonus, accept lengths (1)
+    and new lengths; and ``root_slots`` is the slot ``assign_extend_cache_locs`` gives the root, req_to_token[b,
+    prefix] as int64."""
+    from sglang_ddtree.tree.metadata import Tree
+    from sglang_ddtree.worker.kv_commit import root_commit, root_slots
+
+    bs, width, depth = 5, 8, 7
+    g = torch.Generator().manual_seed(seed)
+    tree = Tree.make_dummy(bs, 0, "cpu", max_depth=depth)
+    tokens = fill_root(tree, torch.randint(6, (bs,), generator=g))
+    target = torch.randint(100, (bs, 1), generator=g)
+    prefix = torch.randint(0, 30, (bs,), generator=g)
+    req_to_token = torch.randperm(8 * 40, generator=g).to(torch.int32).view(8, 40)
+    pool_idx = torch.randperm(8, generator=g)[:bs]
+    slots = root_slots(req_to_token, pool_idx, prefix)
+    assert slots.dtype == torch.int64
+    assert slots.tolist() == [int(req_to_token[int(pool_idx[b]), int(prefix[b])]) for b in range(bs)]
+    full = greedy_accept_commit(tree, tokens, target, slots.view(bs, 1), prefix, width, backend="torch")
+    c = root_commit(target, prefix, width)
+    for f in ("out_tokens", "bonus", "accept_lens", "new_seq_lens"):
+        assert torch.equal(getattr(c, f), getattr(full, f)), f
+        assert getattr(c, f).dtype == getattr(full, f).dtype, f
+    # the drafter's context is the verify's one row per request (worker: ``append_root``), at the root's slot
+    assert c.ctx_rows is None and torch.equal(full.ctx_loc_2d[:, 0], slots)
+    assert torch.equal(full.ctx_positions.view(bs, width)[:, 0], prefix)
+    assert torch.equal(root_commit(target.view(-1).to(torch.int32), prefix, width).bonus, target.view(-1))
+    with pytest.raises(ValueError, match="width must be >= 1"):
+        root_commit(target, prefix, 0)

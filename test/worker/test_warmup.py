@@ -41,7 +41,9 @@ def test_every_bucket_at_its_width(monkeypatch):
     widths = [b + 1 for b in config.buckets]
     # width 0 is chain-shaped (worker.chain_inputs): no build, no topology, but the commit and (not causal here) bits
     assert seen == [("commit", 1)] + [x for n in widths[1:] for x in (("topology", n), ("commit", n))]
-    assert [r for r in ran if r.startswith("build_tree")] == [f"build_tree:{b}" for b in config.buckets if b]
+    # the round's builds (roots written) per tree budget, and the forecast's largest build (no roots)
+    assert [r for r in ran if r.startswith("build_tree")] == [f"build_tree:{b}" for b in config.buckets if b] + \
+        ["build_tree:63:forecast"]
     assert [r for r in ran if r.startswith("ancestor_bits")] == [f"ancestor_bits:{n}" for n in widths]
     assert moves == [([1], 16)] and "draw_rows" in ran  # the mover once: a dummy root accepts nothing
     assert not any(r.startswith("assign_extend") for r in ran)  # no req_to_token: not warmed (and not on CPU)

@@ -143,3 +143,24 @@ class DraftKVAppendGraphs:
         if graph_bs != bs:
             self.lens[bs:graph_bs].zero_()  # padded rows commit nothing
         self.graphs[graph_bs].replay()
+
+    def append_root(self, hidden: torch.Tensor, loc: torch.Tensor, positions: torch.Tensor,
+                    commit_lens: torch.Tensor) -> None:
+        """Append a width-0 round's context: each request's root row alone (``kv_commit.root_commit``), into column
+        0 of the same graphs; the other columns keep earlier values and are never written (commit length 1).
+        What ``__call__`` writes for that round's ``RoundCommit``, without gathering rows. Shape: hidden [bs, H']
+        (the verify's one row per request), loc [bs] int64 (its slot), positions [bs] int64, commit_lens [bs]
+        int32 (all 1). Above the largest graph, or hidden states of another dtype, the eager call. No host sync."""
+        bs = int(loc.shape[0])
+        graph_bs = self.graph_bs(bs)
+        if graph_bs is None or hidden.dtype != self.hidden.dtype:
+            self.append(target_hidden=hidden, cache_loc=loc, positions=positions, cache_loc_2d=loc.view(bs, 1),
+                        commit_lens=commit_lens)
+            return
+        self.hidden.view(-1, self.width, self.hidden.shape[1])[:bs, 0].copy_(hidden)
+        self.loc_2d[:bs, 0].copy_(loc)
+        self.positions.view(-1, self.width)[:bs, 0].copy_(positions)
+        self.lens[:bs].copy_(commit_lens)
+        if graph_bs != bs:
+            self.lens[bs:graph_bs].zero_()  # padded rows commit nothing
+        self.graphs[graph_bs].replay()

@@ -9,8 +9,10 @@ never from a post-verify read of req_to_token: with DFLASH-family CUDA graphs th
 
 Moves: request b's entries are contiguous and ordered by depth, and a source node's depth-slot is never
 smaller than its depth, so a move never reads a slot an earlier entry of the same request wrote.
-Every round takes ``greedy_accept_commit`` (one Triton launch; at T > 0 fed with one draw per node
-instead of the argmax, ``sampling.node_samples``), which returns a ``RoundCommit``.
+Every drafting round takes ``greedy_accept_commit`` (one Triton launch; at T > 0 fed with one draw per node
+instead of the argmax, ``sampling.node_samples``), which returns a ``RoundCommit``. A width-0 round (the root
+alone: nothing drafted, nothing to accept or move) takes ``root_commit`` and ``root_slots`` instead: a handful of
+PyTorch ops where the Triton launches cost ~45 us of host time each on the tiny pair (session 36's phase split).
 """
 
 from __future__ import annotations
@@ -40,6 +42,35 @@ class RoundCommit(NamedTuple):
     ctx_rows: torch.Tensor
     ctx_loc_2d: torch.Tensor
     ctx_positions: torch.Tensor
+
+
+def root_slots(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, prefix_lens: torch.Tensor) -> torch.Tensor:
+    """The verify slot of each request's root (a width-0 round's one verify row): req_to_token[b, prefix[b]].
+    Shape: req_to_token [rows, max context] int32, req_pool_indices [bs] int64, prefix_lens [bs] int -> [bs]
+    int64 (what ``assign_extend_cache_locs`` writes for one token per request). No host sync."""
+    return req_to_token[req_pool_indices, prefix_lens].to(torch.int64)
+
+
+def root_commit(target: torch.Tensor, prefix_lens: torch.Tensor, width: int) -> RoundCommit:
+    """ACCEPT + COMMIT of a width-0 round: every request commits its root (already at its final slot, verified
+    at req_to_token[prefix]) and takes the target's token there as its bonus; what ``greedy_accept_commit``
+    returns for a one-row tree, without its launch. Shape: target [bs, 1] or [bs] int64 (the target's token at
+    the root: its argmax, or at T > 0 the draw), prefix_lens [bs] int, width W >= 1 -> ``RoundCommit`` with
+    out_tokens [bs, W] (column 0 the bonus, 0 after), accept_lens 1, new_seq_lens prefix + 1; no KV moves and no
+    context rows (``kv_tgt`` .. ``ctx_positions`` None: the drafter's new context is the verify's one row per
+    request, ``DraftKVAppendGraphs.append_root``). No host sync."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    bonus = target.reshape(-1)
+    if bonus.dtype != torch.int64:
+        bonus = bonus.to(torch.int64)
+    bs = bonus.shape[0]
+    return RoundCommit(
+        out_tokens=torch.nn.functional.pad(bonus.view(bs, 1), (0, width - 1)), bonus=bonus,
+        accept_lens=torch.ones(bs, dtype=torch.int32, device=bonus.device),
+        new_seq_lens=prefix_lens.to(torch.int64) + 1,
+        kv_tgt=None, kv_src=None, ctx_rows=None, ctx_loc_2d=None, ctx_positions=None,
+    )
 
 
 def commit_from_rows(

@@ -4,7 +4,9 @@ Triton compiles a kernel once per specialisation: its constexprs, the dtypes and
 pointers, and whether each int argument is 1 or a multiple of 16. The round's eager kernels specialise on the
 verify width N = budget + 1 and not on the batch size (the batch is their grid):
   - the tree build and the verify topology, per tree budget (``tree.build_tree``, ``tree.build_verify_topology``;
-    chain-shaped rounds, width 0 and the chain bucket, take neither: ``chain_inputs``);
+    chain-shaped rounds, width 0 and the chain bucket, take neither: ``chain_inputs``); the round's build writes
+    the roots (the bonus tokens), budget auto's forecast builds the largest tree without them, a second
+    specialisation;
   - the fused accept + commit (``kv_commit.greedy_accept_commit``);
   - the ancestor bits of fa3's fused tree attention (``tree_attention.ancestor_bits``), per word count of N.
 Upstream's ``assign_extend_cache_locs`` of the verify slots specialises on next_power_of_2(batch size) instead.
@@ -73,7 +75,7 @@ def warm_round_kernels(
     from sglang_ddtree.worker.chain_inputs import ChainInputs
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.sampling import draw_rows
-    from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
+    from sglang_ddtree.worker.tree_api import build_tree, verify_topology
     from sglang_ddtree.worker.tree_attention import ancestor_bits
 
     ran = []
@@ -92,9 +94,12 @@ def warm_round_kernels(
             tree = chains.tree_of(bonus, token_ids if budget else None, budget)
             tokens = tree.token_ids
         else:
-            tree = build_tree(log_probs, token_ids, budget)
+            tree = build_tree(log_probs, token_ids, budget, bonus)  # the round's build, roots written
             ran.append(f"build_tree:{budget}")
-            tokens = fill_root(tree, bonus)
+            if config.adaptive and budget == config.budget:  # budget auto's forecast: the largest, no roots
+                build_tree(log_probs, token_ids, budget)
+                ran.append(f"build_tree:{budget}:forecast")
+            tokens = tree.token_ids
             verify_topology(tree, prefix, 0)
             ran.append(f"verify_topology:{n}")
         if tree_bits and not config.verifies_causally(budget):  # a causal bucket verifies without bits

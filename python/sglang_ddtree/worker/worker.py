@@ -10,7 +10,8 @@ One decode round, batched over the running requests, without host syncs:
   ACCEPT  walk from the root while the target's token at the node (its argmax, or at T > 0 one draw from
           plain decoding's filtered distribution, ``sampling``) is a child's; the first miss is the bonus;
   COMMIT  move the accepted path's target KV into place and write its target hidden states into
-          the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch); on a hybrid
+          the drafter's KV (``kv_commit``; greedy ACCEPT + COMMIT is one Triton launch, a width-0 round's
+          a few PyTorch ops: ``root_commit``, the verify's one row per request appended); on a hybrid
           Mamba/GDN target also the last accepted node's recurrent state (``hybrid``); carry the
           bonus token to the next round.
 Prefill, draft-KV materialisation and draft CUDA graphs are DFLASH's (``DFlashWorkerV2``). The
@@ -42,9 +43,9 @@ from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
 from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling, warmup
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
-from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit
+from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit, root_commit, root_slots
 from sglang_ddtree.worker.chain_inputs import ChainInputs
-from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
+from sglang_ddtree.worker.tree_api import build_tree, verify_topology
 
 logger = logging.getLogger(__name__)
 
@@ -247,12 +248,16 @@ class DDTreeWorker(DFlashWorkerV2):
         causal = cfg.verifies_causally(budget)
         # What depends on the prefix alone comes before the draft's launch: the host's work between the draft's launch
         # and the verify's is time the GPU waits once the draft is done (the idle gap of session 27's profiles).
-        # VERIFY slots: verify_loc [bs*N] int64, req_to_token[b, prefix .. prefix + N).
-        verify_loc = assign_extend_cache_locs_func(
-            req_pool_indices=batch.req_pool_indices, req_to_token=self.model_runner.req_to_token_pool.req_to_token,
-            start_offset=prefix, end_offset=prefix + n, batch_size=bs,
-            draft_token_num=n, device=self.device,
-        )
+        # VERIFY slots: verify_loc [bs*N] int64, req_to_token[b, prefix .. prefix + N) (width 0: one gather)
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        if n == 1:
+            verify_loc = root_slots(req_to_token, batch.req_pool_indices, prefix)
+        else:
+            verify_loc = assign_extend_cache_locs_func(
+                req_pool_indices=batch.req_pool_indices, req_to_token=req_to_token,
+                start_offset=prefix, end_offset=prefix + n, batch_size=bs,
+                draft_token_num=n, device=self.device,
+            )
         verify_cpu, verify_sum = host.plus(n)
         if shaped:
             chains = self._chain_inputs()
@@ -266,9 +271,9 @@ class DDTreeWorker(DFlashWorkerV2):
             tree = chains.tree_of(draft_input.bonus_tokens, token_ids if budget else None, budget)
             tokens = tree.token_ids  # [bs, N] int64, row d at depth d
         else:
-            # BUILD: Tree of [bs, N] rows (row 0 the root).
-            tree = build_tree(log_probs, token_ids, budget)
-            tokens = fill_root(tree, draft_input.bonus_tokens)  # [bs, N] int64, the bonus tokens as roots
+            # BUILD: Tree of [bs, N] rows (row 0 the root, the bonus tokens written by the build).
+            tree = build_tree(log_probs, token_ids, budget, draft_input.bonus_tokens)
+            tokens = tree.token_ids  # [bs, N] int64
             # The FULL_MASK is sized by a host bound of sum(prefix); backends index it by the device lengths
             # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
             # [bs*N] int64, retrieve links [bs, N] int64.
@@ -311,7 +316,11 @@ class DDTreeWorker(DFlashWorkerV2):
             targets = sampling.node_samples(verify_input, batch, logits_output)
         # A bucket of budget auto with fewer rows than W accepts at most N tokens; the commit pads its columns to W
         # in the same launch (pad_commit's eight PyTorch ops, ~0.4 ms of CPU a round at c 32, session 22's profile).
-        c = greedy_accept_commit(tree, tokens, targets, verify_loc_2d, prefix, width)
+        # Width 0 (no drafts: each request commits its root) without the launch, unless a hybrid COMMIT reads the
+        # commit's context rows.
+        root = budget == 0 and not self._hybrid
+        c = root_commit(targets, prefix, width) if root else greedy_accept_commit(tree, tokens, targets, verify_loc_2d,
+                                                                                  prefix, width)
         if not shaped:  # a chain's accepted nodes were verified at their final slots (chain_inputs)
             if self._move_kv is None:
                 self._move_kv = AcceptedKVMover(self.model_runner.token_to_kv_pool)
@@ -328,7 +337,14 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = logits_output.hidden_states  # [bs*N, H'] target hidden states the drafter consumes
         if hidden is None:
             raise RuntimeError("DDTREE verify returned no target hidden states (aux capture missing).")
-        if self._draft_kv_graphs is not None:
+        if root:  # the drafter's new context is the verify's one row per request
+            if self._draft_kv_graphs is not None:
+                self._draft_kv_graphs.append_root(hidden[:bs], verify_loc, positions, c.accept_lens)
+            else:
+                self._append_target_hidden_to_draft_kv_by_loc(
+                    target_hidden=hidden[:bs], cache_loc=verify_loc, positions=positions, cache_loc_2d=verify_loc_2d,
+                    commit_lens=c.accept_lens)
+        elif self._draft_kv_graphs is not None:
             self._draft_kv_graphs(hidden, c.ctx_rows, c.ctx_loc_2d, c.ctx_positions, c.accept_lens)
         else:
             self._append_target_hidden_to_draft_kv_by_loc(
