@@ -24,14 +24,16 @@ BATCH_SIZES = (1, 2, 3, 16, 17, 48)
 
 
 def _round_calls(config, bs, req_to_token, vocab):
-    """A round's eager kernels at batch size ``bs``, every bucket, as the worker calls them (chain-shaped buckets,
-    width 0 and the chain, through ``chain_inputs``: no build, no topology)."""
+    """A round's eager kernels at batch size ``bs``, every bucket, as the worker calls them: chain-shaped buckets
+    (width 0 and the chain) through ``chain_inputs`` (no build, no topology), width 0 with its slots by one gather
+    and its commit without the launch (``root_slots``, ``root_commit``); a tree's build writes the roots, and budget
+    auto's forecast builds the largest tree without them."""
     from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs_func
     from sglang_ddtree.config import chain_shaped
     from sglang_ddtree.worker.chain_inputs import ChainInputs
-    from sglang_ddtree.worker.kv_commit import greedy_accept_commit
+    from sglang_ddtree.worker.kv_commit import greedy_accept_commit, root_commit, root_slots
     from sglang_ddtree.worker.sampling import draw_rows
-    from sglang_ddtree.worker.tree_api import build_tree, fill_root, verify_topology
+    from sglang_ddtree.worker.tree_api import build_tree, verify_topology
     from sglang_ddtree.worker.tree_attention import ancestor_bits
 
     dev, depth = "cuda", config.block_size - 1
@@ -44,21 +46,29 @@ def _round_calls(config, bs, req_to_token, vocab):
     chains = ChainInputs.for_config(config, device=dev)
     for budget in config.buckets:
         n = budget + 1
-        verify_loc = assign_extend_cache_locs_func(
-            req_pool_indices=req_pool_indices, req_to_token=req_to_token, start_offset=prefix,
-            end_offset=prefix + n, batch_size=bs, draft_token_num=n, device=dev)
+        if n == 1:
+            verify_loc = root_slots(req_to_token, req_pool_indices, prefix)
+        else:
+            verify_loc = assign_extend_cache_locs_func(
+                req_pool_indices=req_pool_indices, req_to_token=req_to_token, start_offset=prefix,
+                end_offset=prefix + n, batch_size=bs, draft_token_num=n, device=dev)
         if chain_shaped(budget):
             tree = chains.tree_of(root, token_ids if budget else None, budget)
             tokens = tree.token_ids
             chains.positions(prefix, n)
         else:
-            tree = build_tree(log_probs, token_ids, budget)
-            tokens = fill_root(tree, root)
+            tree = build_tree(log_probs, token_ids, budget, root)
+            tokens = tree.token_ids
             verify_topology(tree, prefix, int(prefix.sum()) + bs * config.accept_width)
+        if budget and config.adaptive:  # the forecast (any drafting round may take it): the largest tree, no roots
+            build_tree(log_probs, token_ids, config.budget)
         if not config.verifies_causally(budget):
             ancestor_bits(tree.parents, config.max_depth)
         targets = torch.randint(0, 50, (bs * n, vocab), device=dev, generator=g).float().argmax(-1).view(bs, n)
-        greedy_accept_commit(tree, tokens, targets, verify_loc.view(bs, n), prefix, config.accept_width)
+        if budget:
+            greedy_accept_commit(tree, tokens, targets, verify_loc.view(bs, n), prefix, config.accept_width)
+        else:
+            root_commit(targets, prefix, config.accept_width)
     draw_rows(torch.rand(bs * 2, vocab, device=dev, generator=g))
 
 
