@@ -139,9 +139,13 @@ class DraftKVAppendGraphs:
         torch.index_select(hidden, 0, ctx_rows, out=self.hidden[:rows])
         self.loc_2d[:bs].copy_(ctx_loc_2d)
         self.positions[:rows].copy_(ctx_positions)
+        self._replay(bs, graph_bs, commit_lens)
+
+    def _replay(self, bs: int, graph_bs: int, commit_lens: torch.Tensor) -> None:
+        """The commit lengths into the static buffer (padded rows commit nothing), then the graph of ``graph_bs``."""
         self.lens[:bs].copy_(commit_lens)
         if graph_bs != bs:
-            self.lens[bs:graph_bs].zero_()  # padded rows commit nothing
+            self.lens[bs:graph_bs].zero_()
         self.graphs[graph_bs].replay()
 
     def append_root(self, hidden: torch.Tensor, loc: torch.Tensor, positions: torch.Tensor,
@@ -160,7 +164,4 @@ class DraftKVAppendGraphs:
         self.hidden.view(-1, self.width, self.hidden.shape[1])[:bs, 0].copy_(hidden)
         self.loc_2d[:bs, 0].copy_(loc)
         self.positions.view(-1, self.width)[:bs, 0].copy_(positions)
-        self.lens[:bs].copy_(commit_lens)
-        if graph_bs != bs:
-            self.lens[bs:graph_bs].zero_()  # padded rows commit nothing
-        self.graphs[graph_bs].replay()
+        self._replay(bs, graph_bs, commit_lens)

@@ -61,9 +61,7 @@ def root_commit(target: torch.Tensor, prefix_lens: torch.Tensor, width: int) -> 
     request, ``DraftKVAppendGraphs.append_root``). No host sync."""
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
-    bonus = target.reshape(-1)
-    if bonus.dtype != torch.int64:
-        bonus = bonus.to(torch.int64)
+    bonus = target.reshape(-1).to(torch.int64)  # no copy when already int64
     bs = bonus.shape[0]
     return RoundCommit(
         out_tokens=torch.nn.functional.pad(bonus.view(bs, 1), (0, width - 1)), bonus=bonus,
