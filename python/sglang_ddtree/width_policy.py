@@ -13,7 +13,8 @@ Expected tokens come from an accept model:
                         expected accepted drafts of the budget-b tree are the sum of exp(score) over its b
                         nodes (``expected_drafts_at``: the budget-b tree is the b best-scoring nodes of any
                         larger tree, parents scoring at least their children). A ratio per bucket, observed
-                        accepted / predicted, corrects it online.
+                        accepted / predicted as decayed sums (a round weighs what it predicted), corrects it
+                        online.
   ``TableAcceptModel``  a stated accept-length table (tokens per round by budget): what benchmarks on random
                         weights project from (``benchmark/bench_shape.py``'s table).
 With the chain bucket (``config.ChainBucket``: the top-1 chain, verified as DFLASH verifies it) its expected
@@ -227,15 +228,29 @@ class ScoreAcceptModel:
 
     ``expected_tokens(bs, budgets, drafts)`` with drafts a ``DraftForecast`` of the latest trees (R requests,
     read a round late; None when no tree has been seen) is (R + ratio_b * sum_b) scaled from R to bs
-    requests. ``observe(budget, predicted, observed)`` (accepted drafts of one
-    round, summed over its requests) updates ratio_b; a bucket never observed uses the mean ratio of those
-    that were (1.0 before any)."""
+    requests. ``observe(budget, predicted, observed)`` (accepted drafts of one round, summed over its requests)
+    updates ratio_b, the ratio of decayed sums: observed over predicted, each sum multiplied by
+    ``1 - smoothing`` before a round's numbers are added, and started from ``prior_drafts`` predicted drafts
+    observed at ``prior_ratio``. A round weighs what it predicted: one request's two accepted drafts against one
+    predicted move a bucket's ratio a little, a batch's dozens move it most of the way. (Until session 38 each
+    round's own ratio entered an average with weight ``smoothing`` and a bucket's first round set it outright:
+    in session 36's tiny-pair run at bs 16 the chain bucket's first forecast round, two requests with 1.06
+    drafts predicted and 2 observed, set its ratio to 1.89; it moved only with the chain's own forecast rounds,
+    still 1.59 after the other seven, whose sums read 0.94, so the chain's drafts were priced ~1.7x and auto ran
+    it in stretches; that run's auto took 1306 us per token, budget 63 885.) A bucket never observed uses the
+    mean ratio of those that were (``prior_ratio`` before any)."""
 
-    def __init__(self, budgets: Sequence[int], *, smoothing: float = 0.05, prior_ratio: float = 1.0):
+    def __init__(self, budgets: Sequence[int], *, smoothing: float = 0.05, prior_ratio: float = 1.0,
+                 prior_drafts: float = 8.0):
+        if not 0.0 < smoothing <= 1.0 or prior_ratio <= 0.0 or prior_drafts < 0.0:
+            raise ValueError(f"smoothing must be in (0, 1], prior_ratio > 0 and prior_drafts >= 0, got {smoothing}, "
+                             f"{prior_ratio}, {prior_drafts}")
         self.budgets = tuple(budgets)
         self.smoothing = smoothing
         self.prior_ratio = prior_ratio
+        self.prior_drafts = prior_drafts
         self.ratio: Dict[int, float] = {}
+        self._sums: Dict[int, list] = {}  # budget -> [predicted, observed] accepted drafts, decayed
 
     def ratio_for(self, budget: int) -> float:
         if budget in self.ratio:
@@ -245,9 +260,13 @@ class ScoreAcceptModel:
     def observe(self, budget: int, predicted: float, observed: float) -> None:
         if budget == 0 or predicted <= 0.0:
             return
-        r = float(observed) / float(predicted)
-        old = self.ratio.get(budget)
-        self.ratio[budget] = r if old is None else old + self.smoothing * (r - old)
+        sums = self._sums.get(budget)
+        if sums is None:
+            sums = self._sums[budget] = [self.prior_drafts, self.prior_ratio * self.prior_drafts]
+        keep = 1.0 - self.smoothing
+        sums[0] = keep * sums[0] + float(predicted)
+        sums[1] = keep * sums[1] + float(observed)
+        self.ratio[budget] = sums[1] / sums[0]
 
     def expected_tokens(self, bs: int, budgets: Sequence[int], drafts: Optional[DraftForecast] = None
                         ) -> Optional[list]:

@@ -93,7 +93,9 @@ def test_forecast_rounds_stage_expected_drafts_per_bucket(auto):
     assert sums[1] == pytest.approx(8 * 0.9) and sums[3] == pytest.approx(8 * 1.65) and sums[63] == pytest.approx(sums[3])
     stats = metrics.AUTO_STATS
     assert stats.predicted == pytest.approx(8 * 1.65) and stats.observed == pytest.approx(8.0)
-    assert auto.accept.ratio_for(3) == pytest.approx(1.0 / 1.65)
+    acc = auto.accept  # one round's sums (8 observed, 8 x 1.65 predicted) on top of the decayed prior
+    keep, prior = 1.0 - acc.smoothing, acc.prior_drafts
+    assert acc.ratio_for(3) == pytest.approx((keep * prior * acc.prior_ratio + 8.0) / (keep * prior + 8 * 1.65))
 
 
 def test_only_forecast_rounds_stage_numbers(auto):

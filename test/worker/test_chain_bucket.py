@@ -136,6 +136,41 @@ def test_the_policy_takes_the_chain_where_it_is_cheaper_for_the_same_tokens():
     assert got[budgets.index(C15)] == pytest.approx(8 + 4.0) and got[budgets.index(15)] == pytest.approx(8 + 6.0)
 
 
+def test_a_round_of_two_requests_does_not_set_the_chains_ratio():
+    """Session 36's tiny-pair run at bs 16 (``results/session36/phase_split_bs16_e2e.log.gz``): the chain's first
+    forecast round had two requests, 1.06 accepted drafts predicted and 2 observed. When each round's own ratio
+    entered a running average and a bucket's first round set it, the chain's ratio became 1.89, and with the
+    batch's forecast (per request: 1.0 chain drafts, 1.6 at 15, 2.07 at 63) and that run's costs the chain won
+    the round where budget 63 paid. A round weighs what it predicted: the same rounds leave the choice at 63."""
+    budgets = (0, C15, 15, 63)
+    costs = CostModel([16], budgets)
+    for b, ms in ((0, 2.14), (C15, 2.92), (15, 3.13), (63, 3.18)):
+        costs.seed(16, b, ms)
+    acc = ScoreAcceptModel(budgets)
+    policy = WidthPolicy(budgets, costs, acc)
+    acc.observe(63, predicted=16 * 2.07, observed=16 * 2.03)  # a full batch's forecast round at 63
+    acc.observe(C15, predicted=1.06, observed=2.0)  # the chain's first: two requests
+    assert acc.ratio_for(C15) < 1.15  # the old rule: 2.0 / 1.06 = 1.89
+    drafts = DraftForecast(16, [0.0, 16 * 1.0, 16 * 1.6, 16 * 2.07])
+    assert policy.choose(16, drafts) == 63
+    # the chain at 1.89 would have won: (1 + 1.89) / 2.92 against (1 + 2.03 / 2.07 * 2.07) / 3.18 tokens per ms
+    assert (1 + 1.89 * 1.0) / 2.92 > (1 + 2.03) / 3.18
+    # the chain's full-batch forecast rounds of that run (per request, 16 requests) bring it to what they read
+    rounds = ((1.42, 1.75), (0.92, 0.56), (0.62, 0.50))
+    for p, o in rounds:
+        acc.observe(C15, predicted=16 * p, observed=16 * o)
+    assert acc.ratio_for(C15) == pytest.approx(sum(o for _, o in rounds) / sum(p for p, _ in rounds), abs=0.05)
+
+
+def test_score_model_arguments():
+    for kwargs in (dict(smoothing=0.0), dict(smoothing=1.5), dict(prior_ratio=0.0), dict(prior_drafts=-1.0)):
+        with pytest.raises(ValueError, match="smoothing must be in"):
+            ScoreAcceptModel((0, 15), **kwargs)
+    pure = ScoreAcceptModel((0, 15), prior_drafts=0.0)  # no prior: the first round's own ratio
+    pure.observe(15, predicted=4.0, observed=1.0)
+    assert pure.ratio_for(15) == 0.25 and pure.ratio_for(7) == 0.25  # unobserved: the mean of the observed
+
+
 def test_forecast_rounds_stage_the_chains_own_expected_drafts(monkeypatch):
     import test_auto_width as taw
 
@@ -162,7 +197,9 @@ def test_forecast_rounds_stage_the_chains_own_expected_drafts(monkeypatch):
     auto.choose(8)
     sums = dict(zip(auto.budgets, auto.forecast.sums))
     assert sums[C15] == pytest.approx(8 * (1 - 2 ** -15)) and sums[15] == pytest.approx(8 * 1.65)
-    assert auto.accept.ratio_for(C15) == pytest.approx(1.0 / (1 - 2 ** -15))  # observed 1 draft a request
+    acc = auto.accept  # observed 1 draft a request, on top of the decayed prior
+    keep, prior, predicted = 1.0 - acc.smoothing, acc.prior_drafts, 8 * (1 - 2 ** -15)
+    assert acc.ratio_for(C15) == pytest.approx((keep * prior * acc.prior_ratio + 8.0) / (keep * prior + predicted))
 
 
 def _runner(monkeypatch, fa3: bool):
