@@ -3,7 +3,7 @@
 What it checks: each specialisation the real wrappers launch (``build.build_tree_triton``,
 ``topology.build_verify_topology``, ``accept.accept_greedy``) over budgets 1..1024, K up to 64, L - 1 up
 to 15, both build strategies (bitonic / merge, plus "auto"), with and without root tokens, with and
-without the tree / FULL masks, custom-mask buffers at address mod 16 = 0 / 1 / 4, int32 / int64 seq lens
+without the tree / FULL masks and the ancestor bits (``bits_out``), custom-mask buffers at address mod 16 = 0 / 1 / 4, int32 / int64 seq lens
 and int32 / int64 target tokens. The wrappers run unchanged on CPU tensors with ``use_triton`` patched to
 True and each ``kernel[grid](...)`` replaced by a recorder; the recorded arguments then go through
 Triton's own JIT binder (``create_function_from_signature`` + ``JITFunction._pack_args``) for a CUDA
@@ -118,6 +118,12 @@ def _cases_topology(quick):
                         _CASE[0] = (f"budget={budget} max_depth={max_depth} seq={sdt} tree_mask={with_tree} "
                                     f"full=buf+{off}")
                         topo_mod.build_verify_topology(tree, seq, s_sum, with_tree_mask=with_tree, custom_mask_out=buf)
+                        # fa3's fused tree attention: the ancestor bits from the same launch (WRITE_BITS)
+                        bits = torch.zeros(bs * n, (n + 31) // 32, dtype=torch.int32)
+                        _CASE[0] = (f"budget={budget} max_depth={max_depth} seq={sdt} tree_mask={with_tree} "
+                                    f"full=buf+{off} bits")
+                        topo_mod.build_verify_topology(tree, seq, s_sum, with_tree_mask=with_tree, custom_mask_out=buf,
+                                                       bits_out=bits)
 
 
 def _cases_accept(quick):

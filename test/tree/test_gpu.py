@@ -17,6 +17,7 @@ from sglang_ddtree.tree.reference import (
     build_tree_torch,
     build_verify_topology_torch,
     reconstruct_indices_reference,
+    tree_bits_torch,
 )
 from tree_cases import assert_trees_equal, import_or_skip, random_inputs, tree_row
 
@@ -115,6 +116,12 @@ def test_topology_and_accept_cuda_equal_torch():
             assert torch.equal(getattr(got, f), getattr(want, f)), (case, f)
         bounded = build_verify_topology(tree, seq, int(seq.sum()) + 100).custom_mask  # a host upper bound
         assert torch.equal(bounded[: want.custom_mask.numel()], want.custom_mask), case
+        # the ancestor bits fa3's fused tree attention reads, from the same launch, into a taller buffer's head
+        bs, n = tree.parents.shape
+        buf = torch.full((bs * n + 5, (n + 31) // 32), 7, dtype=torch.int32, device=DEV)
+        bits = build_verify_topology(tree, seq, int(seq.sum()), with_tree_mask=False, bits_out=buf).tree_bits
+        assert torch.equal(bits.cpu(), tree_bits_torch(want.tree_mask.cpu())), case
+        assert bits.data_ptr() == buf.data_ptr() and bool((buf[bs * n:] == 7).all()), case
         for _ in range(3):
             target = _planted_targets(tree, gen)
             for x, y in zip(accept_greedy(tree, target), accept_greedy_torch(tree, target)):

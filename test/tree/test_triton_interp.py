@@ -119,8 +119,28 @@ else:
             bounded = build_verify_topology(tree, seq, int(seq.sum()) + 5, backend="triton").custom_mask
             assert torch.equal(bounded[: want.custom_mask.numel()], want.custom_mask), cfg
             lean = build_verify_topology(tree, seq, with_tree_mask=False, backend="triton")
-            assert lean.tree_mask is None and lean.custom_mask is None
+            assert lean.tree_mask is None and lean.custom_mask is None and lean.tree_bits is None
             assert torch.equal(lean.retrieve_next_token, want.retrieve_next_token)
+            _assert_bits_written(tree, seq, cfg)
+
+    def _assert_bits_written(tree, seq, msg):
+        """``bits_out`` receives the tree mask's rows as bit words (the PyTorch path's bytes), with and without
+        the masks, into a fresh buffer and into the head of a wider, taller one (other bytes untouched)."""
+        from sglang_ddtree.tree.reference import tree_bits_torch
+
+        bs, n = tree.parents.shape
+        nw = (n + 31) // 32
+        want = tree_bits_torch(build_verify_topology_torch(tree, seq, None).tree_mask)
+        for with_mask, bound in ((False, None), (True, int(seq.sum()))):
+            got = build_verify_topology(tree, seq, bound, with_tree_mask=with_mask, backend="triton",
+                                        bits_out=torch.empty(bs * n, nw, dtype=torch.int32))
+            assert torch.equal(got.tree_bits, want), (msg, with_mask)
+            wide = torch.full((bs * n + 3, nw + 2), 7, dtype=torch.int32)
+            got = build_verify_topology(tree, seq, bound, with_tree_mask=with_mask, backend="triton",
+                                        bits_out=wide[:, :nw])
+            assert torch.equal(wide[: bs * n, :nw], want), (msg, with_mask)
+            assert got.tree_bits.data_ptr() == wide.data_ptr()
+            assert (wide[bs * n:] == 7).all() and (wide[:, nw:] == 7).all(), (msg, with_mask)
 
     def _assert_topology_equal(tree, seq, msg):
         got = build_verify_topology(tree, seq, int(seq.sum()), backend="triton")
@@ -134,6 +154,7 @@ else:
         lp, ids = random_inputs(2, 15, 8, gen)
         tree = build_tree_torch(lp, ids, 512)
         _assert_topology_equal(tree, torch.tensor([3, 70]), "budget 512")
+        _assert_bits_written(tree, torch.tensor([3, 70]), "budget 512")
 
     # (bs, budget, prefixes): budgets 1..520, prefixes 0 / unaligned / 16-aligned, one or several requests
     FULL_MASK_CASES = [

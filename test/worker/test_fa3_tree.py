@@ -310,3 +310,21 @@ def test_graph_metadata_of_a_ddtree_verify_is_the_prefix_half_only(fused_on, mon
     decode = types.SimpleNamespace(is_target_verify=lambda: False)
     assert fa3_tree.apply_cuda_graph_metadata(_upstream, backend, bs, rpi, seq_lens, 8, None, decode,
                                               fb.spec_info, None) == "upstream"
+
+
+def test_the_topologys_bits_are_the_fused_paths_ancestor_bits():
+    """A tree round's bits come from its verify topology (``bits_out``), a chain-shaped round's from
+    ``ancestor_bits``: the same words for every tree (pads, several words, depth-limited trees)."""
+    from sglang_ddtree.tree import build_verify_topology
+    from sglang_ddtree.worker.tree_attention import ancestor_bits_torch
+
+    g = torch.Generator().manual_seed(11)
+    for bs, depth, k, budget in ((1, 3, 2, 4), (2, 5, 3, 31), (3, 15, 8, 63), (2, 15, 8, 100)):
+        lp, ids = torch.log_softmax(torch.randn(bs, depth, 16, generator=g), -1).topk(k, dim=-1)
+        tree = build_tree(lp, ids, budget, backend="torch")
+        n = tree.num_rows
+        out = torch.full((bs * n, (n + 31) // 32), -1, dtype=torch.int32)
+        topo = build_verify_topology(tree, torch.randint(0, 50, (bs,), generator=g), None, with_tree_mask=False,
+                                     bits_out=out, backend="torch")
+        assert topo.tree_bits.data_ptr() == out.data_ptr()
+        assert torch.equal(out, ancestor_bits_torch(tree.parents, depth)), (bs, depth, budget)

@@ -22,10 +22,11 @@ def test_every_bucket_at_its_width(monkeypatch):
     seen = []
     real_topology, real_commit = tree_api.verify_topology, kv_commit.greedy_accept_commit
 
-    def topology(tree, prefix, bound):
+    def topology(tree, prefix, bound, bits_out=None):
         assert prefix.dtype == torch.int64 and tree.parents.dtype == torch.int64
+        assert bits_out is not None and bits_out.dtype == torch.int32  # tree_bits: the topology writes them
         seen.append(("topology", tree.num_rows))
-        return real_topology(tree, prefix, bound)
+        return real_topology(tree, prefix, bound, bits_out=bits_out)
 
     def commit(tree, tokens, target, verify_loc, prefix, width):
         assert target.dtype == verify_loc.dtype == tokens.dtype == torch.int64 and width == 16
@@ -44,7 +45,9 @@ def test_every_bucket_at_its_width(monkeypatch):
     # the round's builds (roots written) per tree budget, and the forecast's largest build (no roots)
     assert [r for r in ran if r.startswith("build_tree")] == [f"build_tree:{b}" for b in config.buckets if b] + \
         ["build_tree:63:forecast"]
-    assert [r for r in ran if r.startswith("ancestor_bits")] == [f"ancestor_bits:{n}" for n in widths]
+    # the trees' bits in their topology's launch; width 0 (chain-shaped, not causal here) by their own
+    assert [r for r in ran if r.startswith("verify_topology")] == [f"verify_topology:{n}:bits" for n in widths[1:]]
+    assert [r for r in ran if r.startswith("ancestor_bits")] == ["ancestor_bits:1"]
     assert moves == [([1], 16)] and "draw_rows" in ran  # the mover once: a dummy root accepts nothing
     assert not any(r.startswith("assign_extend") for r in ran)  # no req_to_token: not warmed (and not on CPU)
 

@@ -34,7 +34,7 @@ def _round_calls(config, bs, req_to_token, vocab):
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit, root_commit, root_slots
     from sglang_ddtree.worker.sampling import draw_rows
     from sglang_ddtree.worker.tree_api import build_tree, verify_topology
-    from sglang_ddtree.worker.tree_attention import ancestor_bits
+    from sglang_ddtree.worker.tree_attention import ancestor_bits, num_words
 
     dev, depth = "cuda", config.block_size - 1
     g = torch.Generator(device=dev).manual_seed(bs)
@@ -59,10 +59,12 @@ def _round_calls(config, bs, req_to_token, vocab):
         else:
             tree = build_tree(log_probs, token_ids, budget, root)
             tokens = tree.token_ids
-            verify_topology(tree, prefix, int(prefix.sum()) + bs * config.accept_width)
+            bits = (torch.empty(bs * n, num_words(n), dtype=torch.int32, device=dev)
+                    if not config.verifies_causally(budget) else None)  # fa3's bits from the same launch
+            verify_topology(tree, prefix, int(prefix.sum()) + bs * config.accept_width, bits_out=bits)
         if budget and config.adaptive:  # the forecast (any drafting round may take it): the largest tree, no roots
             build_tree(log_probs, token_ids, config.budget)
-        if not config.verifies_causally(budget):
+        if chain_shaped(budget) and not config.verifies_causally(budget):  # a chain's bits by their own launch
             ancestor_bits(tree.parents, config.max_depth)
         targets = torch.randint(0, 50, (bs * n, vocab), device=dev, generator=g).float().argmax(-1).view(bs, n)
         if budget:

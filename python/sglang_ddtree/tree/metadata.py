@@ -75,6 +75,7 @@ class VerifyTopology:
     retrieve_next_sibling: torch.Tensor  # [bs, N] int64; next sibling (higher row), -1 if none
     tree_mask: Optional[torch.Tensor]  # [bs, N, N] bool; [b, i, j] = j is i or an ancestor of i
     custom_mask: Optional[torch.Tensor]  # [seq_lens_sum * N + bs * N * N] bool; FULL_MASK layout
+    tree_bits: Optional[torch.Tensor] = None  # [bs * N, NW] int32; the tree mask's rows as bit words (bits_out)
 
 
 class AcceptResult(NamedTuple):

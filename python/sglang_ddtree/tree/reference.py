@@ -204,6 +204,18 @@ def tree_mask_torch(tree: Tree) -> torch.Tensor:
     return mask[..., :n].contiguous()
 
 
+def tree_bits_torch(tree_mask: torch.Tensor) -> torch.Tensor:
+    """The tree mask's rows as 32-column bit words: bit j % 32 of word j // 32 of row b*N + i = tree_mask[b, i, j]
+    (bits past N zero). Shape: [bs, N, N] bool -> [bs*N, NW] int32, NW = cdiv(N, 32)."""
+    bs, n, _ = tree_mask.shape
+    nw = (n + 31) // 32
+    padded = torch.zeros(bs, n, nw * 32, dtype=torch.int64, device=tree_mask.device)
+    padded[..., :n] = tree_mask.to(torch.int64)
+    weights = torch.ones((), dtype=torch.int64, device=tree_mask.device) << torch.arange(32, device=tree_mask.device)
+    words = (padded.view(bs, n, nw, 32) * weights).sum(-1)  # [bs, N, NW] in [0, 2^32)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).view(bs * n, nw)
+
+
 def full_mask_torch(tree_mask: torch.Tensor, seq_lens: torch.Tensor, seq_lens_sum: int) -> torch.Tensor:
     """FULL_MASK custom mask: per request N x (seq_lens[b] + N), prefix all True, row-major, concatenated.
 
@@ -250,8 +262,10 @@ def build_verify_topology_torch(
     seq_lens: torch.Tensor,
     seq_lens_sum: Optional[int] = None,
     with_tree_mask: bool = True,
+    with_tree_bits: bool = False,
 ) -> VerifyTopology:
-    """PyTorch version of :func:`sglang_ddtree.tree.build_verify_topology` (same outputs)."""
+    """PyTorch version of :func:`sglang_ddtree.tree.build_verify_topology` (same outputs; ``with_tree_bits``: the
+    ancestor bit words, as ``bits_out`` there receives them)."""
     mask = tree_mask_torch(tree)
     index, next_token, next_sibling = retrieve_indices_torch(tree)
     positions = (seq_lens.to(torch.int64)[:, None] + tree.depths).reshape(-1)
@@ -263,6 +277,7 @@ def build_verify_topology_torch(
         retrieve_next_sibling=next_sibling,
         tree_mask=mask if with_tree_mask else None,
         custom_mask=full,
+        tree_bits=tree_bits_torch(mask) if with_tree_bits else None,
     )
 
 

@@ -33,6 +33,7 @@ def build_verify_topology(
     *,
     with_tree_mask: bool = True,
     custom_mask_out: Optional[torch.Tensor] = None,
+    bits_out: Optional[torch.Tensor] = None,
     backend: str = "auto",
 ) -> VerifyTopology:
     """Verify inputs for a tree: masks, positions and retrieve links.
@@ -43,8 +44,12 @@ def build_verify_topology(
     ``custom_mask_out``: optional preallocated 1-D bool buffer with at least :func:`full_mask_numel`
     elements (e.g. a CUDA-graph buffer); only its head (the requests' rows) is written.
     Memory: the FULL_MASK costs N * (prefix + N) bytes per request (N = 513, prefix 4096: 2.4 MB);
-    the compact tree mask N * N bytes per request. Returns :class:`VerifyTopology` (pads: positions
-    seq_lens[b], no links, mask rows that see the prefix and themselves). No host sync.
+    the compact tree mask N * N bytes per request. ``bits_out``: optional [>= bs*N, NW] int32 buffer (NW =
+    cdiv(N, 32), unit column stride, e.g. a CUDA-graph buffer of fa3's fused tree attention): its first bs*N rows
+    receive the tree mask's rows as bit words (bit j % 32 of word j // 32 of row b*N + i: j is i or one of its
+    ancestors; bits past N zero), in the same launch, returned as ``tree_bits``.
+    Returns :class:`VerifyTopology` (pads: positions seq_lens[b], no links, mask rows that see the prefix and
+    themselves). No host sync.
     The Triton path writes the FULL_MASK rows as 16-byte-aligned int32 words (16-byte vectors when the
     buffer is 16-byte aligned) and each row part's edges byte by byte (``kernels/topology.py``).
     """
@@ -64,16 +69,26 @@ def build_verify_topology(
         check(custom_mask_out, "custom_mask_out", torch.bool, 1, dev)
         if custom_mask_out.numel() < numel:
             raise ValueError(f"custom_mask_out has {custom_mask_out.numel()} elements, needs {numel}")
+    if bits_out is not None:
+        check(bits_out, "bits_out", torch.int32, 2, dev)
+        nw = cdiv(n, 32)
+        if bits_out.shape[0] < bs * n or bits_out.shape[1] != nw or bits_out.stride(1) != 1:
+            raise ValueError(f"bits_out must be [>= {bs * n}, {nw}] int32 with unit column stride, got "
+                             f"{tuple(bits_out.shape)} with strides {bits_out.stride()}")
+        bits_out = bits_out[: bs * n]
     if not use_triton("build_verify_topology", dev, backend):
-        topo = build_verify_topology_torch(tree, seq_lens, seq_lens_sum, with_tree_mask)
+        topo = build_verify_topology_torch(tree, seq_lens, seq_lens_sum, with_tree_mask,
+                                           with_tree_bits=bits_out is not None)
         if custom_mask_out is not None:
             custom_mask_out[:numel].copy_(topo.custom_mask)
             topo.custom_mask = custom_mask_out[:numel]
+        if bits_out is not None:
+            topo.tree_bits = bits_out.copy_(topo.tree_bits)
         return topo
-    return _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out)
+    return _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out, bits_out)
 
 
-def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> VerifyTopology:
+def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out, bits_out) -> VerifyTopology:
     from sglang_ddtree.tree.kernels.topology import ddtree_topology_kernel
 
     dev = tree.parents.device
@@ -86,6 +101,7 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
         retrieve_next_sibling=torch.empty(bs, n, dtype=torch.int64, device=dev),
         tree_mask=torch.empty(bs, n, n, dtype=torch.bool, device=dev) if with_tree_mask else None,
         custom_mask=None,
+        tree_bits=bits_out,
     )
     if numel is not None:
         topo.custom_mask = (
@@ -107,11 +123,15 @@ def _topology_triton(tree, seq_lens, numel, with_tree_mask, custom_mask_out) -> 
         topo.retrieve_next_sibling,
         topo.tree_mask if with_tree_mask else topo.retrieve_index,
         topo.custom_mask if write_full else topo.retrieve_index,
+        bits_out if bits_out is not None else topo.retrieve_index,
         n,
         tree.max_depth,
         topo.custom_mask.data_ptr() % 16 if write_full else 0,
+        bits_out.stride(0) if bits_out is not None else 0,
+        cdiv(n, 32),
         WRITE_TREE_MASK=with_tree_mask,
         WRITE_FULL_MASK=write_full,
+        WRITE_BITS=bits_out is not None,
         BLOCK_R=block_r,
         BLOCK_W=4,  # 128 tree columns per chunk
         BLOCK_PC=256,

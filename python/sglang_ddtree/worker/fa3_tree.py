@@ -227,19 +227,44 @@ def target_uses_fa3(model_runner) -> bool:
     return any(b is not None and backend_serves_ddtree(b) for b in candidates)
 
 
-def round_tree_bits(tree, config: DDTreeConfig, backend=None) -> torch.Tensor:
-    """This round's ancestor bits [bs*N, NW] int32 for the fused path, written into the static buffer of the
-    verify's attention backend (``backend``: the target's, or the active width's under ``budget auto``; inside a
-    hybrid prefill / decode backend, each fa3 part's) that fits the round, which its captured graphs read; a
-    fresh tensor when none has graph state."""
-    from sglang_ddtree.worker.tree_attention import ancestor_bits, num_words
-
-    rows = tree.batch_size * tree.num_rows
-    words = num_words(tree.num_rows)
+def _fitting_statics(rows: int, words: int, backend) -> list:
+    """The static bit buffers of the verify's attention backend (``backend``: the target's, or the active width's
+    under ``budget auto``; inside a hybrid prefill / decode backend, each fa3 part's) that fit ``rows`` rows of
+    ``words`` words; their captured graphs read them."""
     parts = (backend, getattr(backend, "decode_backend", None), getattr(backend, "prefill_backend", None))
-    statics = [s for s in (getattr(b, STATIC_BITS, None) for b in parts if b is not None)
-               if s is not None and s.shape[0] >= rows and s.shape[1] == words]
-    bits = ancestor_bits(tree.parents, config.max_depth, out=statics[0][:rows] if statics else None)
-    for s in statics[1:]:
-        s[:rows].copy_(bits)
+    return [s for s in (getattr(b, STATIC_BITS, None) for b in parts if b is not None)
+            if s is not None and s.shape[0] >= rows and s.shape[1] == words]
+
+
+def round_bits_out(tree, backend=None) -> torch.Tensor:
+    """Where this round's ancestor bits [bs*N, NW] int32 go: the head of the first static buffer that fits the
+    round (``_fitting_statics``), or a fresh tensor when none has graph state. The tree's verify topology writes
+    them (``tree_api.verify_topology(..., bits_out=)``: the same launch); ``share_tree_bits`` then copies them to
+    the other parts' buffers."""
+    from sglang_ddtree.worker.tree_attention import num_words
+
+    rows, words = tree.batch_size * tree.num_rows, num_words(tree.num_rows)
+    statics = _fitting_statics(rows, words, backend)
+    if statics:
+        return statics[0][:rows]
+    import torch
+
+    return torch.empty((rows, words), dtype=torch.int32, device=tree.parents.device)
+
+
+def share_tree_bits(bits: torch.Tensor, backend=None) -> torch.Tensor:
+    """After ``bits`` (from ``round_bits_out``) are written: copy them into every other fitting static buffer (a
+    hybrid backend's second fa3 part). Returns ``bits``."""
+    for s in _fitting_statics(bits.shape[0], bits.shape[1], backend)[1:]:
+        s[:bits.shape[0]].copy_(bits)
     return bits
+
+
+def round_tree_bits(tree, config: DDTreeConfig, backend=None) -> torch.Tensor:
+    """This round's ancestor bits [bs*N, NW] int32 for the fused path by their own launch (``ancestor_bits``; a
+    chain-shaped round, which has no verify topology), into ``round_bits_out``'s buffer, shared to the other
+    parts'. A tree round has its topology write them instead."""
+    from sglang_ddtree.worker.tree_attention import ancestor_bits
+
+    bits = ancestor_bits(tree.parents, config.max_depth, out=round_bits_out(tree, backend))
+    return share_tree_bits(bits, backend)

@@ -15,13 +15,14 @@ from sglang_ddtree.tree import Tree, build_tree, build_verify_topology
 __all__ = ["Tree", "build_tree", "fill_root", "verify_topology"]
 
 
-def verify_topology(tree: Tree, prefix_lens: torch.Tensor, seq_lens_sum_bound: int):
+def verify_topology(tree: Tree, prefix_lens: torch.Tensor, seq_lens_sum_bound: int, bits_out=None):
     """Shape: prefix_lens [bs] int32/int64 (the root sits at that position); ``seq_lens_sum_bound`` a
     host int >= prefix_lens.sum(). Returns (custom_mask FULL_MASK [N * (bound + bs * N)] bool,
     positions [bs*N] int64, retrieve_index / retrieve_next_token / retrieve_next_sibling [bs, N] int64,
     -1 = none). Mask bytes past the requests' rows are unspecified and never read (backends index the
-    mask by the device lengths). No host sync."""
-    topo = build_verify_topology(tree, prefix_lens, seq_lens_sum_bound, with_tree_mask=False)
+    mask by the device lengths). ``bits_out``: [bs*N, NW] int32 (fa3's fused tree attention,
+    ``fa3_tree.round_bits_out``), which the same launch fills with the ancestor bits. No host sync."""
+    topo = build_verify_topology(tree, prefix_lens, seq_lens_sum_bound, with_tree_mask=False, bits_out=bits_out)
     return (topo.custom_mask, topo.positions, topo.retrieve_index, topo.retrieve_next_token,
             topo.retrieve_next_sibling)
 

@@ -6,9 +6,11 @@ verify width N = budget + 1 and not on the batch size (the batch is their grid):
   - the tree build and the verify topology, per tree budget (``tree.build_tree``, ``tree.build_verify_topology``;
     chain-shaped rounds, width 0 and the chain bucket, take neither: ``chain_inputs``); the round's build writes
     the roots (the bonus tokens), budget auto's forecast builds the largest tree without them, a second
-    specialisation;
+    specialisation; with fa3's fused tree attention the topology also writes the ancestor bits (its
+    ``WRITE_BITS`` specialisation);
   - the fused accept + commit (``kv_commit.greedy_accept_commit``);
-  - the ancestor bits of fa3's fused tree attention (``tree_attention.ancestor_bits``), per word count of N.
+  - the ancestor bits of fa3's fused tree attention by their own launch (``tree_attention.ancestor_bits``), per
+    word count of N: only a chain-shaped round that verifies with them (width 0 without the chain bucket).
 Upstream's ``assign_extend_cache_locs`` of the verify slots specialises on next_power_of_2(batch size) instead.
 The KV mover and the T > 0 draw have one specialisation each. Not warmed here: the flashinfer plan's kernels
 (``flashinfer_plan``, per power-of-two batch-size class) and the hybrid targets' state-commit kernels.
@@ -76,7 +78,7 @@ def warm_round_kernels(
     from sglang_ddtree.worker.kv_commit import greedy_accept_commit
     from sglang_ddtree.worker.sampling import draw_rows
     from sglang_ddtree.worker.tree_api import build_tree, verify_topology
-    from sglang_ddtree.worker.tree_attention import ancestor_bits
+    from sglang_ddtree.worker.tree_attention import ancestor_bits, num_words
 
     ran = []
     commit = None
@@ -100,9 +102,13 @@ def warm_round_kernels(
                 build_tree(log_probs, token_ids, budget)
                 ran.append(f"build_tree:{budget}:forecast")
             tokens = tree.token_ids
-            verify_topology(tree, prefix, 0)
-            ran.append(f"verify_topology:{n}")
-        if tree_bits and not config.verifies_causally(budget):  # a causal bucket verifies without bits
+            # with fa3's fused tree attention the topology also writes the ancestor bits (a causal bucket
+            # verifies without them): its WRITE_BITS specialisation
+            bits = (torch.empty(n, num_words(n), dtype=torch.int32, device=device)
+                    if tree_bits and not config.verifies_causally(budget) else None)
+            verify_topology(tree, prefix, 0, bits_out=bits)
+            ran.append(f"verify_topology:{n}" + (":bits" if bits is not None else ""))
+        if chain_shaped(budget) and tree_bits and not config.verifies_causally(budget):  # bits by their own launch
             ancestor_bits(tree.parents, config.max_depth)
             ran.append(f"ancestor_bits:{n}")
         verify_loc = torch.zeros(1, n, **i64)  # slot 0: SGLang's dummy slot

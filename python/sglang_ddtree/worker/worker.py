@@ -274,17 +274,25 @@ class DDTreeWorker(DFlashWorkerV2):
             # BUILD: Tree of [bs, N] rows (row 0 the root, the bonus tokens written by the build).
             tree = build_tree(log_probs, token_ids, budget, draft_input.bonus_tokens)
             tokens = tree.token_ids  # [bs, N] int64
-            # The FULL_MASK is sized by a host bound of sum(prefix); backends index it by the device lengths
-            # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
-            # [bs*N] int64, retrieve links [bs, N] int64.
-            mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound)
 
         if self._fa3_tree_bits is None:
             self._fa3_tree_bits = self._decide_fa3_tree_bits()
         with self._widths.active(budget) if self._widths is not None else contextlib.nullcontext():
-            # a causal bucket (its backend's top-K is 1) verifies without ancestor bits
-            tree_bits = (fa3_tree.round_tree_bits(tree, cfg, self.target_worker.model_runner.attn_backend)
-                         if self._fa3_tree_bits and not causal else None)
+            # fa3's fused tree attention reads ancestor bits from the static buffer of this width's backend; a
+            # causal bucket (its backend's top-K is 1) verifies without them
+            backend = self.target_worker.model_runner.attn_backend
+            bits = self._fa3_tree_bits and not causal
+            if shaped:
+                tree_bits = fa3_tree.round_tree_bits(tree, cfg, backend) if bits else None
+            else:
+                # The FULL_MASK is sized by a host bound of sum(prefix); backends index it by the device lengths
+                # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
+                # [bs*N] int64, retrieve links [bs, N] int64; the same launch writes the ancestor bits.
+                tree_bits = fa3_tree.round_bits_out(tree, backend) if bits else None
+                mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, host.mask_sum_bound,
+                                                                              bits_out=tree_bits)
+                if bits:
+                    fa3_tree.share_tree_bits(tree_bits, backend)
             verify_input = DDTreeVerifyInput(
                 draft_token=tokens.reshape(-1), positions=positions, draft_token_num=n, topk=cfg.topk,
                 custom_mask=mask, capture_hidden_mode=CaptureHiddenMode.FULL, retrieve_index=r_index,

@@ -6,7 +6,9 @@ j % 32 of word j // 32: O(rows x words x depth) compares instead of O(rows x col
 expands the words into the compact ancestor mask and the FULL_MASK rows (prefix all True, then the
 tree part). In the same column sweep it finds the retrieve links of its rows (first child: lowest
 row whose parent is the row; next sibling: lowest later row with the same parent; pads have parent
--1 and no links), and it writes positions and retrieve_index.
+-1 and no links), and it writes positions and retrieve_index. With WRITE_BITS it also writes the ancestor bit
+words themselves ([bs*N, NW] int32, fa3's fused tree attention reads them), the same words the sweep
+builds for the compact tree mask: the round needs no launch of its own for them.
 
 FULL_MASK rows are written as 16-byte-aligned int32 words (4 per 16 bytes, so ``st.global.v4`` when
 the buffer is 16-byte aligned), and only the up-to-15-byte edges of each row part (prefix, tree) byte
@@ -68,7 +70,7 @@ def _store_tree_edges(full_mask_ptr, t_start, t_head, t_groups, num_rows, rmask,
     tl.store(full_mask_ptr + t_start[:, None] + t_col, ((e_bits >> (t_col32 & 31)) & 1) != 0, mask=t_m)
 
 
-@triton.jit(do_not_specialize=["num_rows", "max_depth"])
+@triton.jit(do_not_specialize=["num_rows", "max_depth", "bits_stride", "num_words"])
 def ddtree_topology_kernel(
     par_ptr,  # [bs, N] int64, parent row, -1 for root and pads
     dep_ptr,  # [bs, N] int64, depth
@@ -79,11 +81,15 @@ def ddtree_topology_kernel(
     rsib_ptr,  # [bs, N] int64 out: retrieve_next_sibling
     tree_mask_ptr,  # [bs, N, N] bool out (if WRITE_TREE_MASK)
     full_mask_ptr,  # [seq_lens_sum * N + bs * N * N] bool out (if WRITE_FULL_MASK)
+    bits_ptr,  # [bs * N, NW] int32 out (if WRITE_BITS): bit j % 32 of word j // 32 = j is the row or its ancestor
     num_rows,  # N
     max_depth,  # L - 1
     mask_mis,  # full_mask_ptr's address mod 16 (specialised: 0 lets the word stores be 16-byte vectors)
+    bits_stride,  # bits_ptr's row stride (elements)
+    num_words,  # NW = cdiv(N, 32)
     WRITE_TREE_MASK: tl.constexpr,
     WRITE_FULL_MASK: tl.constexpr,
+    WRITE_BITS: tl.constexpr,
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_W: tl.constexpr,  # 32-column words per chunk (a chunk is 32 * BLOCK_W tree columns)
     BLOCK_PC: tl.constexpr,  # prefix columns per chunk
@@ -163,6 +169,11 @@ def ddtree_topology_kernel(
         later = (pc[None, :] == par_r32[:, None]) & (par_r32[:, None] >= 0) & (cols[None, :] > rows32[:, None])
         sib = tl.minimum(sib, tl.min(tl.where(later, cols[None, :], _NO_ROW), axis=1))
         words = c0 // 32 + ws  # [BLOCK_W]
+        if WRITE_BITS:
+            hit_b = path_word[:, None, :] == words[None, :, None]  # [R, W, L]
+            bits_b = tl.reduce(tl.where(hit_b, path_bit[:, None, :], 0), 2, _or)  # [R, W] int32
+            bm = rmask[:, None] & (words < num_words)[None, :]
+            tl.store(bits_ptr + (b * num_rows + rows)[:, None] * bits_stride + words[None, :], bits_b, mask=bm)
         if WRITE_TREE_MASK:
             hit = path_word[:, None, :] == words[None, :, None]  # [R, W, L]
             bits = tl.reduce(tl.where(hit, path_bit[:, None, :], 0), 2, _or)  # [R, W] int32
