@@ -169,14 +169,13 @@ def ddtree_topology_kernel(
         later = (pc[None, :] == par_r32[:, None]) & (par_r32[:, None] >= 0) & (cols[None, :] > rows32[:, None])
         sib = tl.minimum(sib, tl.min(tl.where(later, cols[None, :], _NO_ROW), axis=1))
         words = c0 // 32 + ws  # [BLOCK_W]
-        if WRITE_BITS:
-            hit_b = path_word[:, None, :] == words[None, :, None]  # [R, W, L]
-            bits_b = tl.reduce(tl.where(hit_b, path_bit[:, None, :], 0), 2, _or)  # [R, W] int32
-            bm = rmask[:, None] & (words < num_words)[None, :]
-            tl.store(bits_ptr + (b * num_rows + rows)[:, None] * bits_stride + words[None, :], bits_b, mask=bm)
-        if WRITE_TREE_MASK:
+        if WRITE_TREE_MASK or WRITE_BITS:
             hit = path_word[:, None, :] == words[None, :, None]  # [R, W, L]
             bits = tl.reduce(tl.where(hit, path_bit[:, None, :], 0), 2, _or)  # [R, W] int32
+        if WRITE_BITS:
+            bm = rmask[:, None] & (words < num_words)[None, :]
+            tl.store(bits_ptr + (b * num_rows + rows)[:, None] * bits_stride + words[None, :], bits, mask=bm)
+        if WRITE_TREE_MASK:
             anc = ((bits[:, :, None] >> js[None, None, :]) & 1) != 0  # [R, W, 32]
             anc = tl.reshape(anc, [BLOCK_R, BLOCK_C])
             m = rmask[:, None] & cmask[None, :]
