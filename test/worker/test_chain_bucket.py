@@ -148,13 +148,20 @@ def test_a_round_of_two_requests_does_not_set_the_chains_ratio():
         costs.seed(16, b, ms)
     acc = ScoreAcceptModel(budgets)
     policy = WidthPolicy(budgets, costs, acc)
-    acc.observe(63, predicted=16 * 2.07, observed=16 * 2.03)  # a full batch's forecast round at 63
+    full_batch = {63: (16 * 2.07, 16 * 2.03), 15: (16 * 1.86, 16 * 1.77)}  # forecast rounds of 16 requests
+    for b, (p, o) in full_batch.items():
+        acc.observe(b, predicted=p, observed=o)
     acc.observe(C15, predicted=1.06, observed=2.0)  # the chain's first: two requests
     assert acc.ratio_for(C15) < 1.15  # the old rule: 2.0 / 1.06 = 1.89
     drafts = DraftForecast(16, [0.0, 16 * 1.0, 16 * 1.6, 16 * 2.07])
     assert policy.choose(16, drafts) == 63
-    # the chain at 1.89 would have won: (1 + 1.89) / 2.92 against (1 + 2.03 / 2.07 * 2.07) / 3.18 tokens per ms
-    assert (1 + 1.89 * 1.0) / 2.92 > (1 + 2.03) / 3.18
+    # the chain at that round's own ratio (no prior, no memory: 1.89) takes the round from 63
+    raw = ScoreAcceptModel(budgets, smoothing=1.0, prior_drafts=0.0)
+    for b, (p, o) in full_batch.items():
+        raw.observe(b, predicted=p, observed=o)
+    raw.observe(C15, predicted=1.06, observed=2.0)
+    assert raw.ratio_for(C15) == pytest.approx(2.0 / 1.06)
+    assert WidthPolicy(budgets, costs, raw).choose(16, drafts) == C15
     # the chain's full-batch forecast rounds of that run (per request, 16 requests) bring it to what they read
     rounds = ((1.42, 1.75), (0.92, 0.56), (0.62, 0.50))
     for p, o in rounds:
