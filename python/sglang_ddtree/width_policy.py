@@ -92,10 +92,18 @@ class CostModel:
     - A key measured again after ``stale_after`` observations of other keys (an exploration, a batch size coming
       back) settles afresh, its former estimate the stand-in: costs drift with the GPU's power cap while the
       choice is measured every round and its rivals rarely, and a window of old rounds would otherwise need
-      most of its length in explorations to follow."""
+      most of its length in explorations to follow.
+    - With ``follow_drift`` (off by default until a paired run measures it; ``SGLANG_DDTREE_AUTO_COST_DRIFT=1``), a
+      settled key's estimate follows the other buckets of its batch size: it moves by the median change of their
+      estimates since its own latest observation (those measured after it). On a host-bound engine (session 38,
+      the tiny pair on the H200) the buckets' calibrated differences were a few percent of a round while estimates
+      formed at different times differed by 10-40 %: a bucket measured in a slow stretch kept that price, and the
+      exploration, which only tries buckets predicted within 80 % of the best, rarely measured it again. Changes,
+      not levels, are compared, so a bucket's own steady difference from the others (session 24's mis-calibrated
+      31 at the 8B shape) is kept."""
 
     def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, window: int = 21, warmup: int = 1,
-                 settle: int = 3, stale_after: int = 8):
+                 settle: int = 3, stale_after: int = 8, follow_drift: bool = False):
         if window < 1 or warmup < 0 or not 1 <= settle <= window or stale_after < 1:
             raise ValueError(f"window must be >= 1, warmup >= 0, settle in [1, window] and stale_after >= 1, got "
                              f"{window}, {warmup}, {settle}, {stale_after}")
@@ -105,6 +113,7 @@ class CostModel:
         self.warmup = warmup
         self.settle = settle
         self.stale_after = stale_after
+        self.follow_drift = bool(follow_drift)
         self._seed: Dict[tuple, float] = {}
         self._used: Dict[tuple, collections.deque] = {}  # the last ``window`` used observations of a key
         self._count: Dict[tuple, int] = {}  # observations per key, warm-up ones included
@@ -116,6 +125,10 @@ class CostModel:
         # since the policy asks for every bucket's cost every round.
         self._offset_sum = {False: 0.0, True: 0.0}
         self._offset_n = {False: 0, True: 0}
+        # follow_drift: a settled key's estimate changes summed since it first settled, and per settled key those sums
+        # of the other keys of its batch size when its own estimate last changed (a key settled since counts from 0)
+        self._moved: Dict[tuple, float] = {}
+        self._snap: Dict[tuple, Dict[tuple, float]] = {}
 
     def _key(self, bs: int, budget: int) -> tuple:
         i = bisect.bisect_left(self.batch_sizes, bs)
@@ -140,7 +153,7 @@ class CostModel:
             used = self._used[key] = collections.deque(maxlen=self.window)
         if key in self._ms and key not in self._stand_in and self._ticks - self._last[key] > self.stale_after:
             used.clear()
-            self._stand_in[key] = self._ms[key]
+            self._stand_in[key] = self._ms[key] + self._drift(key)
         self._last[key] = self._ticks
         used.append(float(ms))
         if len(used) < self.settle:
@@ -148,6 +161,9 @@ class CostModel:
         self._stand_in.pop(key, None)
         new, old = _lower_median(used), self._ms.get(key)
         self._ms[key] = new
+        if self.follow_drift:
+            self._moved[key] = 0.0 if old is None else self._moved[key] + new - old
+            self._snap[key] = {o: moved for o, moved in self._moved.items() if o[0] == key[0] and o != key}
         if key in self._seed:
             kind = budget > 0
             if old is None:
@@ -169,7 +185,7 @@ class CostModel:
         stand_in = self._stand_in.get(key)
         if stand_in is None:
             if key in self._ms:
-                return self._ms[key]
+                return self._ms[key] + self._drift(key)
             if key in self._seed:
                 n = self._offset_n[budget > 0]
                 stand_in = self._seed[key] + (self._offset_sum[budget > 0] / n if n else 0.0)
@@ -177,6 +193,20 @@ class CostModel:
         if not used:
             return stand_in
         return _lower_median(list(used) + ([stand_in] if stand_in is not None else []))
+
+    def _drift(self, key: tuple) -> float:
+        """With ``follow_drift``: the median change of the other settled keys' estimates (same batch size) among
+        those observed after ``key`` last was, since ``key``'s estimate last changed; else 0."""
+        snap = self._snap.get(key) if self.follow_drift else None
+        if snap is None:
+            return 0.0
+        since = self._last[key]
+        moves = sorted(moved - snap.get(o, 0.0) for o, moved in self._moved.items()
+                       if o[0] == key[0] and o != key and self._last[o] > since)
+        if not moves:
+            return 0.0
+        mid = len(moves) // 2
+        return moves[mid] if len(moves) % 2 else 0.5 * (moves[mid - 1] + moves[mid])
 
     def table(self) -> Dict[tuple, Optional[float]]:
         """{(batch size, budget): ms} for every captured batch size and bucket (the start-up log)."""

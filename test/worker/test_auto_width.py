@@ -271,3 +271,15 @@ def test_calibration_adds_the_tree_build_to_tree_buckets_only(monkeypatch):
     assert auto.costs.cost(8, 0) == pytest.approx(1.0)
     assert auto.costs.cost(8, c15) == pytest.approx(2.5)
     assert auto.costs.cost(8, 15) == pytest.approx(2.75)
+
+
+def test_the_cost_drift_switch(monkeypatch):
+    monkeypatch.setattr(widths.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(widths, "_pinned", lambda n: torch.zeros(n, dtype=torch.float32))
+    config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True)
+    for value, want in (("", False), ("0", False), ("1", True)):
+        monkeypatch.setenv(widths.COST_DRIFT_ENV, value)
+        assert widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu").costs.follow_drift is want
+    monkeypatch.setenv(widths.COST_DRIFT_ENV, "yes")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_AUTO_COST_DRIFT='yes': use 1"):
+        widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu")

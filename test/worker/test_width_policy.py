@@ -411,3 +411,78 @@ def test_slow_rounds_do_not_flip_a_near_tie():
     rounds at 31 sent the policy to 63 for stretches of up to 45 rounds. Under the logged noise, 40 seeds: no seed
     loses more than 1 % of budget 31's rate (a moving average clipped at 2x per round: 1.6 %)."""
     assert min(_session24(2, seed) for seed in range(40)) >= 0.99
+
+
+def _settle(costs, bs, budget, ms, rounds=3):
+    for _ in range(costs.warmup + rounds):
+        costs.observe(bs, budget, ms)
+
+
+def test_follow_drift_moves_a_stale_bucket_with_the_measured_ones():
+    """Session 38 (tiny pair, H200, continuous load): budget 63 was priced 4.84 ms at bs 16 after a slow stretch
+    while budget 15, measured every round, came down to ~3.2; calibration put their GPU difference at 0.04 ms. With
+    ``follow_drift`` a settled bucket moves by the median change of the buckets measured after it."""
+    budgets = (0, 15, 63)
+    for follow in (False, True):
+        costs = CostModel([16], budgets, follow_drift=follow)
+        _settle(costs, 16, 15, 3.8)
+        _settle(costs, 16, 0, 2.2)
+        _settle(costs, 16, 63, 4.8)  # measured last, in the slow stretch
+        for _ in range(costs.window):  # then 15 and width 0 alone, 1.0 and 0.2 ms faster
+            costs.observe(16, 15, 2.8)
+            costs.observe(16, 0, 2.0)
+        assert costs.cost(16, 15) == 2.8 and costs.cost(16, 0) == 2.0  # the measured buckets: their own estimates
+        # 63: unchanged without it; with it, moved by the median change of 15 and 0 (-1.0, -0.2: -0.6)
+        assert costs.cost(16, 63) == pytest.approx(4.8 - (0.6 if follow else 0.0))
+
+
+def test_follow_drift_keeps_a_buckets_own_difference():
+    """Changes are compared, not levels: a bucket dearer than the others by itself (session 24: the 8B shape's
+    budget 31 ran 0.8 ms above its calibration) stays that much dearer, and a bucket measured most recently, or whose
+    neighbours were not measured since, is not moved."""
+    budgets = (0, 15, 31)
+    costs = CostModel([8, 16], budgets, follow_drift=True)
+    _settle(costs, 8, 15, 7.6)
+    _settle(costs, 8, 31, 9.8)
+    assert costs.cost(8, 31) == 9.8 and costs.cost(8, 15) == 7.6  # nothing measured since either's latest
+    for _ in range(costs.window):  # 15 alone, steady
+        costs.observe(8, 15, 7.6)
+    assert costs.cost(8, 31) == pytest.approx(9.8)
+    for _ in range(costs.window):  # the GPU slows by 0.5 ms
+        costs.observe(8, 15, 8.1)
+    assert costs.cost(8, 31) == pytest.approx(10.3) and costs.cost(8, 15) == pytest.approx(8.1)
+    # other batch sizes do not move it
+    for _ in range(costs.window):
+        costs.observe(16, 15, 5.0 + _)
+    assert costs.cost(8, 31) == pytest.approx(10.3)
+
+
+def test_follow_drift_re_measures_from_the_moved_estimate():
+    """A stale bucket measured again settles afresh from its moved estimate (its stand-in), not its old one."""
+    budgets = (0, 15, 63)
+    costs = CostModel([16], budgets, follow_drift=True, stale_after=4)
+    _settle(costs, 16, 63, 4.8)
+    _settle(costs, 16, 15, 3.8)
+    for _ in range(costs.window):
+        costs.observe(16, 15, 2.8)
+    assert costs.cost(16, 63) == pytest.approx(3.8)
+    costs.observe(16, 63, 3.9)  # one exploration: the window restarts, the moved estimate standing in
+    assert costs.cost(16, 63) == pytest.approx(3.8)  # lower median of [3.9, 3.8]
+
+
+def test_follow_drift_lets_the_policy_take_a_stale_bucket_back():
+    budgets = (0, 15, 63)
+    tokens = {0: 1.0, 15: 2.76, 63: 3.07}  # per request at bs 16 (session 36's tiny pair)
+    picks = {}
+    for follow in (False, True):
+        costs = CostModel([16], budgets, follow_drift=follow)
+        _settle(costs, 16, 0, 2.9)  # a slow stretch
+        _settle(costs, 16, 15, 4.5)
+        _settle(costs, 16, 63, 4.8)
+        for _ in range(costs.window):  # then 1.3 ms faster: 63 is worth 3.07 / 2.76 of 15's 3.2 ms, ~3.56
+            costs.observe(16, 15, 3.2)
+            costs.observe(16, 0, 1.6)
+        policy = WidthPolicy(budgets, costs, TableAcceptModel({15: tokens[15], 63: tokens[63]}),
+                             explore_every=0, tie_every=0)
+        picks[follow] = policy.choose(16)
+    assert picks == {False: 15, True: 63}

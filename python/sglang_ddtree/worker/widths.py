@@ -46,6 +46,9 @@ ACCEPT_TABLE_ENV = "SGLANG_DDTREE_AUTO_ACCEPT_TABLE"
 # The chain bucket (``config.ChainBucket``): 1 / unset = auto's buckets hold it where the target verifies on fa3 with
 # DDTREE's fused tree attention (``with_chain``), 0 = trees only.
 CHAIN_ENV = "SGLANG_DDTREE_AUTO_CHAIN"
+# The cost model's ``follow_drift`` (``width_policy.CostModel``): 1 = a bucket's estimate follows the changes of the
+# buckets measured after it, 0 / unset = each bucket keeps its own (the default until a paired run measures it).
+COST_DRIFT_ENV = "SGLANG_DDTREE_AUTO_COST_DRIFT"
 
 
 def accept_model(budgets):
@@ -263,7 +266,8 @@ class AutoWidth:
         self._unshared: List[tuple] = []  # with agree: (bs, budget, ms) read since the costs were last agreed
         self.budgets = tuple(config.buckets)
         sizes = sorted({int(b) for b in batch_sizes} | {int(max_batch_size)})
-        self.costs = CostModel(sizes, self.budgets)
+        self.costs = CostModel(sizes, self.budgets, follow_drift=env_switch(
+            COST_DRIFT_ENV, on="budget auto's costs follow the measured buckets' drift", off="each bucket's own"))
         metrics.AUTO_STATS.set_cost_source(self.costs)  # the decode log shows the costs the choice weighs
         self.accept = accept_model(self.budgets)
         self.policy = WidthPolicy(self.budgets, self.costs, self.accept)
