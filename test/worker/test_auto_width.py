@@ -279,7 +279,9 @@ def test_the_cost_drift_switch(monkeypatch):
     config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True)
     for value, want in (("", False), ("0", False), ("1", True)):
         monkeypatch.setenv(widths.COST_DRIFT_ENV, value)
-        assert widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu").costs.follow_drift is want
+        auto = widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu")
+        assert auto.costs.follow_drift is want
+        assert any(widths.COST_DRIFT_ENV in line for line in auto.describe()) is want  # the start-up log says so
     monkeypatch.setenv(widths.COST_DRIFT_ENV, "yes")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_AUTO_COST_DRIFT='yes': use 1"):
         widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu")

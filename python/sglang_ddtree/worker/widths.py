@@ -319,6 +319,8 @@ class AutoWidth:
                               for b in self.budgets)
             lines.append(f"bs {bs} ms/round by budget {{{cells}}}")
         lines += self.policy.describe(self.costs.batch_sizes)
+        if self.costs.follow_drift:
+            lines.append(f"costs follow the measured buckets' drift ({COST_DRIFT_ENV}=1)")
         return lines
 
     # -- the round --
