@@ -125,9 +125,10 @@ class CostModel:
         # since the policy asks for every bucket's cost every round.
         self._offset_sum = {False: 0.0, True: 0.0}
         self._offset_n = {False: 0, True: 0}
-        # follow_drift: a settled key's estimate changes summed since it first settled, and per settled key those sums
-        # of the other keys of its batch size when its own estimate last changed (a key settled since counts from 0)
-        self._moved: Dict[tuple, float] = {}
+        # follow_drift: per batch size, its settled keys' estimate changes summed since each first settled, and per
+        # settled key those sums of the other keys of its batch size when its own estimate last changed (a key
+        # settled since counts from 0); by batch size, so a lookup reads one bucket set, not the whole table
+        self._moved: Dict[int, Dict[tuple, float]] = {}
         self._snap: Dict[tuple, Dict[tuple, float]] = {}
 
     def _key(self, bs: int, budget: int) -> tuple:
@@ -162,8 +163,9 @@ class CostModel:
         new, old = _lower_median(used), self._ms.get(key)
         self._ms[key] = new
         if self.follow_drift:
-            self._moved[key] = 0.0 if old is None else self._moved[key] + new - old
-            self._snap[key] = {o: moved for o, moved in self._moved.items() if o[0] == key[0] and o != key}
+            moved = self._moved.setdefault(key[0], {})
+            moved[key] = 0.0 if old is None else moved[key] + new - old
+            self._snap[key] = {o: m for o, m in moved.items() if o != key}
         if key in self._seed:
             kind = budget > 0
             if old is None:
@@ -201,8 +203,8 @@ class CostModel:
         if snap is None:
             return 0.0
         since = self._last[key]
-        moves = sorted(moved - snap.get(o, 0.0) for o, moved in self._moved.items()
-                       if o[0] == key[0] and o != key and self._last[o] > since)
+        moves = sorted(m - snap.get(o, 0.0) for o, m in self._moved[key[0]].items()
+                       if o != key and self._last[o] > since)
         if not moves:
             return 0.0
         mid = len(moves) // 2
