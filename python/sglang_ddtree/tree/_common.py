@@ -36,6 +36,16 @@ def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
+def bit_words_out(out: torch.Tensor, name: str, rows: int, nw: int, device: torch.device) -> torch.Tensor:
+    """A caller's buffer for ``rows`` rows of ``nw`` packed 32-column bit words ([>= rows, nw] int32, unit column
+    stride, e.g. a CUDA-graph buffer): its first ``rows`` rows."""
+    check(out, name, torch.int32, 2, device)
+    if out.shape[0] < rows or out.shape[1] != nw or out.stride(1) != 1:
+        raise ValueError(f"{name} must be [>= {rows}, {nw}] int32 with unit column stride, got {tuple(out.shape)} "
+                         f"with strides {out.stride()}")
+    return out[:rows]
+
+
 _TREE_DTYPES = (
     ("token_ids", torch.int64),
     ("parents", torch.int64),

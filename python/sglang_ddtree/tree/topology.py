@@ -13,7 +13,8 @@ from typing import Optional
 
 import torch
 
-from sglang_ddtree.tree._common import TOPOLOGY_NUM_WARPS, cdiv, check, check_tree, next_pow2, use_triton
+from sglang_ddtree.tree._common import (TOPOLOGY_NUM_WARPS, bit_words_out, cdiv, check, check_tree, next_pow2,
+                                        use_triton)
 from sglang_ddtree.tree.metadata import Tree, VerifyTopology
 from sglang_ddtree.tree.reference import build_verify_topology_torch
 
@@ -70,12 +71,7 @@ def build_verify_topology(
         if custom_mask_out.numel() < numel:
             raise ValueError(f"custom_mask_out has {custom_mask_out.numel()} elements, needs {numel}")
     if bits_out is not None:
-        check(bits_out, "bits_out", torch.int32, 2, dev)
-        nw = cdiv(n, 32)
-        if bits_out.shape[0] < bs * n or bits_out.shape[1] != nw or bits_out.stride(1) != 1:
-            raise ValueError(f"bits_out must be [>= {bs * n}, {nw}] int32 with unit column stride, got "
-                             f"{tuple(bits_out.shape)} with strides {bits_out.stride()}")
-        bits_out = bits_out[: bs * n]
+        bits_out = bit_words_out(bits_out, "bits_out", bs * n, cdiv(n, 32), dev)
     if not use_triton("build_verify_topology", dev, backend):
         topo = build_verify_topology_torch(tree, seq_lens, seq_lens_sum, with_tree_mask,
                                            with_tree_bits=bits_out is not None)

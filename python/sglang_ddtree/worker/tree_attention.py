@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from sglang_ddtree.tree._common import cdiv, check, next_pow2, triton_interpreting, use_triton
+from sglang_ddtree.tree._common import bit_words_out, cdiv, check, next_pow2, triton_interpreting, use_triton
+from sglang_ddtree.tree.reference import tree_bits_torch
 
 __all__ = ["MergeLaunch", "merge_launch", "sm_count", "ancestor_bits", "ancestor_bits_torch", "tree_attention_merge",
            "tree_attention_merge_torch"]
@@ -94,10 +95,7 @@ def _check_parents(parents: torch.Tensor, max_depth: int) -> None:
 def _bits_out(out: Optional[torch.Tensor], rows: int, nw: int, device: torch.device) -> torch.Tensor:
     if out is None:
         return torch.empty((rows, nw), dtype=torch.int32, device=device)
-    check(out, "out", torch.int32, 2, device)
-    if out.shape[0] < rows or out.shape[1] != nw or out.stride(1) != 1:
-        raise ValueError(f"out must be [>= {rows}, {nw}] int32 with unit column stride, got {tuple(out.shape)}")
-    return out[:rows]
+    return bit_words_out(out, "out", rows, nw, device)
 
 
 def ancestor_bits_torch(parents: torch.Tensor, max_depth: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -115,10 +113,7 @@ def ancestor_bits_torch(parents: torch.Tensor, max_depth: int, out: Optional[tor
         safe = cur.clamp(min=0)
         seen.scatter_(2, safe.unsqueeze(2), live.unsqueeze(2) | seen.gather(2, safe.unsqueeze(2)))
         cur = torch.where(live, par.gather(1, safe), -1)
-    weights = torch.ones((), dtype=torch.int64, device=dev) << torch.arange(BITS_PER_WORD, device=dev)
-    words = (seen.view(bs, n, nw, BITS_PER_WORD).to(torch.int64) * weights).sum(-1)  # [bs, N, NW] in [0, 2^32)
-    words = torch.where(words >= 2**31, words - 2**32, words)
-    res.copy_(words.view(bs * n, nw).to(torch.int32))
+    res.copy_(tree_bits_torch(seen[..., :n]))
     return res
 
 

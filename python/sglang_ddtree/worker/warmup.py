@@ -92,6 +92,7 @@ def warm_round_kernels(
     chains = ChainInputs.for_config(config, device=device)
     for budget in config.buckets:
         n = budget + 1
+        with_bits = tree_bits and not config.verifies_causally(budget)  # a causal bucket verifies without them
         if chain_shaped(budget):  # the round's chain_inputs: no build, no topology
             tree = chains.tree_of(bonus, token_ids if budget else None, budget)
             tokens = tree.token_ids
@@ -102,13 +103,12 @@ def warm_round_kernels(
                 build_tree(log_probs, token_ids, budget)
                 ran.append(f"build_tree:{budget}:forecast")
             tokens = tree.token_ids
-            # with fa3's fused tree attention the topology also writes the ancestor bits (a causal bucket
-            # verifies without them): its WRITE_BITS specialisation
-            bits = (torch.empty(n, num_words(n), dtype=torch.int32, device=device)
-                    if tree_bits and not config.verifies_causally(budget) else None)
+            # with fa3's fused tree attention the topology also writes the ancestor bits: its WRITE_BITS
+            # specialisation
+            bits = torch.empty(n, num_words(n), dtype=torch.int32, device=device) if with_bits else None
             verify_topology(tree, prefix, 0, bits_out=bits)
-            ran.append(f"verify_topology:{n}" + (":bits" if bits is not None else ""))
-        if chain_shaped(budget) and tree_bits and not config.verifies_causally(budget):  # bits by their own launch
+            ran.append(f"verify_topology:{n}" + (":bits" if with_bits else ""))
+        if chain_shaped(budget) and with_bits:  # bits by their own launch
             ancestor_bits(tree.parents, config.max_depth)
             ran.append(f"ancestor_bits:{n}")
         verify_loc = torch.zeros(1, n, **i64)  # slot 0: SGLang's dummy slot
