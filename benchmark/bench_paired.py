@@ -37,8 +37,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import (COMMON, PROMPTS, SCHEDULES, after_warmup, engine_env, engine_kwargs,  # noqa: E402
-                       environment, fa3_unavailable, plain_reference)
+from bench_e2e import (PROMPTS, SCHEDULES, after_warmup, engine_env, engine_kwargs, environment,  # noqa: E402
+                       fa3_unavailable, graph_settings, plain_reference)
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -90,8 +90,9 @@ def serve(args) -> int:
     """Child: one engine; reads one JSON command per stdin line, answers one ``_TAG`` line each."""
     # sleep_on_idle: the other configs' engines stay alive while this one is timed; idle, each would poll its
     # sockets in a busy loop (one CPU core each) next to the CPU-bound round being measured
-    kw = {**COMMON, "mem_fraction_static": args.mem_fraction, "port": args.port, "nccl_port": args.port + 7,
-          "sleep_on_idle": True, **engine_kwargs(args.serve, args.draft, args.attention_backend)}
+    kw = {**graph_settings(args.bs.split(",")), "mem_fraction_static": args.mem_fraction, "port": args.port,
+          "nccl_port": args.port + 7, "sleep_on_idle": True,
+          **engine_kwargs(args.serve, args.draft, args.attention_backend)}
     if os.environ.get("BENCH_PAIRED_FAKE_ENGINE") == "1":
         engine = _FakeEngine(args.serve)
     else:
@@ -101,7 +102,8 @@ def serve(args) -> int:
     params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
     engine.generate(input_ids=[[1, 2, 3]] * 2, sampling_params=dict(params, max_new_tokens=16))  # warm-up
     after_warmup(engine, args.serve)
-    print(_TAG + json.dumps({"ready": True}), flush=True)
+    # the graph cap it was started with: the parent records it per engine (graph_settings)
+    print(_TAG + json.dumps({"ready": True, "cuda_graph_max_bs_decode": kw["cuda_graph_max_bs_decode"]}), flush=True)
     try:
         for line in sys.stdin:
             cmd = json.loads(line)
@@ -118,7 +120,7 @@ class _Child:
     def __init__(self, spec, args, index, log_dir):
         cmd = [sys.executable, os.path.abspath(__file__), "--serve", spec, "--target", args.target, "--draft",
                args.draft, "--attention-backend", args.attention_backend, "--max-new-tokens",
-               str(args.max_new_tokens), "--mem-fraction", str(args.mem_fraction),
+               str(args.max_new_tokens), "--mem-fraction", str(args.mem_fraction), "--bs", args.bs,
                "--port", str(args.base_port + 100 * index), "--out", "-"]
         self.spec = spec
         self.log = open(os.path.join(log_dir, f"engine_{index}.log"), "w")
@@ -207,7 +209,7 @@ def main(argv=None) -> int:
     log_dir = args.log_dir or os.path.dirname(os.path.abspath(args.out))
     os.makedirs(log_dir, exist_ok=True)
     report = {"environment": environment(argv),
-              "settings": {**COMMON, "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
+              "settings": {**graph_settings(bs_list), "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
                            "attention_backend": args.attention_backend,
                            "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
                            "repeats": args.repeats, "warmup_repeats": args.warmup_repeats, "schedule": args.schedule,
@@ -223,7 +225,8 @@ def main(argv=None) -> int:
             children.append(_Child(spec, args, i, log_dir))
             time.sleep(3)  # staggered starts
         for c in children:
-            c.read(timeout_s=400)
+            ready = c.read(timeout_s=400)
+            report.setdefault("engines_cuda_graph_max_bs_decode", {})[c.spec] = ready.get("cuda_graph_max_bs_decode")
             print(f"[bench_paired] {c.spec} ready ({time.time() - t0:.0f} s)", flush=True)
         report["engines_ready_s"] = round(time.time() - t0, 1)
         for _ in range(args.warmup_repeats):  # untimed: the one-time costs of each batch size (module docstring)

@@ -640,6 +640,10 @@ def engine_settings(args) -> dict:
     return dict(dtype="bfloat16", sampling_backend="pytorch", context_length=CONTEXT_LENGTH,
                 max_total_tokens=args.max_total_tokens, mem_fraction_static=args.mem_fraction,
                 cuda_graph_max_bs_decode=max(args.concurrency), log_level="error", load_format="dummy",
+                # every engine runs the largest concurrency at once: unset, upstream's speculative handlers (DFLASH's,
+                # which DDTREE's validation calls) reset it to 48, so at c 64 a speculative engine ran 48 requests and
+                # then the other 16 (session 39 found it in the engines' logged server args; AR was not capped)
+                max_running_requests=max(args.concurrency),
                 skip_tokenizer_init=True,
                 # every engine stays alive while another is timed: without it each idle scheduler polls its
                 # sockets in a busy loop, one CPU core each, next to the CPU-bound round being measured

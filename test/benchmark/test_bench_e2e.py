@@ -245,3 +245,12 @@ def test_the_continuous_schedule_keeps_bs_requests_in_flight_and_refills_at_once
     # prompts 2..5 all started and ended while the slow prompt 0 was still running
     assert engine.events.index(("end", 5)) < engine.events.index(("end", 0))
     assert bench_e2e.SCHEDULES == {"waves": bench_e2e.decode_in_batches, "continuous": bench_e2e.decode_continuous}
+
+
+def test_the_graph_cap_covers_the_largest_batch_size():
+    assert bench_e2e.graph_settings([1, 16])["cuda_graph_max_bs_decode"] == bench_e2e.COMMON["cuda_graph_max_bs_decode"]
+    caps = ("cuda_graph_max_bs_decode", "max_running_requests")
+    assert [bench_e2e.graph_settings(["4", "64"])[k] for k in caps] == [64, 64]
+    assert bench_e2e.graph_settings([16])["max_running_requests"] == 48
+    assert {k: v for k, v in bench_e2e.graph_settings([64]).items() if k not in caps} == {
+        k: v for k, v in bench_e2e.COMMON.items() if k not in caps}

@@ -80,11 +80,30 @@ def test_the_continuous_schedule_runs_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = json.loads(out.read_text())
     assert rep["settings"]["schedule"] == "continuous"
+    # bs 2 fits COMMON's graph cap: every engine keeps it
+    assert rep["settings"]["cuda_graph_max_bs_decode"] == 48
+    assert rep["engines_cuda_graph_max_bs_decode"] == {"plain": 48, "ddtree:8:2": 48}
     m = rep["results"]["ddtree:8:2"]["2"]
     assert len(m["tokens_per_s"]) == 2 and m["equal_to_plain"] == "5/5" and "speedup_vs_plain" in m
     bad = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft, "--schedule",
                           "batches", "--out", str(out)], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--schedule: invalid choice: 'batches'" in bad.stderr
+
+
+def test_every_engine_captures_graphs_up_to_the_largest_batch_size(tmp_path):
+    """Session 39: at bs 64 with the cap at 48 every engine decoded without graphs and the speculative ones ran
+    48 requests at a time, so bs 64 measured the cap (plain 13000 tok/s against 29148 at bs 48)."""
+    pair = _pair()
+    out = tmp_path / "paired.json"
+    env = dict(os.environ, BENCH_PAIRED_FAKE_ENGINE="1")
+    proc = subprocess.run([sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft,
+                           "--configs", "plain,ddtree:8:2", "--baselines", "plain", "--bs", "64,4", "--repeats", "1",
+                           "--num-prompts", "4", "--max-new-tokens", "2", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["settings"]["cuda_graph_max_bs_decode"] == 64
+    assert rep["engines_cuda_graph_max_bs_decode"] == {"plain": 64, "ddtree:8:2": 64}
 
 
 def test_bad_config_fails_before_any_engine(tmp_path):

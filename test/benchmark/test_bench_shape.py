@@ -222,6 +222,7 @@ def test_report_records_how_it_ran(run):
     _, rep, _ = run
     assert rep["settings"]["fake_engine"] is True and rep["settings"]["engine"]["load_format"] == "dummy"
     assert rep["settings"]["engine"]["cuda_graph_max_bs_decode"] == 4
+    assert rep["settings"]["engine"]["max_running_requests"] == 4  # not upstream's speculative reset to 48
     assert rep["settings"]["engine"]["sleep_on_idle"] is True  # idle engines must not spin next to the timed one
     for spec in CONFIGS:  # the host's load and the GPU's clock beside every measurement
         loads = rep["results"]["qwen3-8b"][spec]["1"]["loadavg_1m"]
