@@ -22,7 +22,8 @@ accepted drafts are the sum over its depths of exp(path score) (``chain_expected
 its accept length as its own entry.
 Costs come from ``CostModel``: a start-up calibration per (captured batch size, bucket), refined online by
 round timings read a round later. ``WidthPolicy`` combines them; while it runs width 0 it has no tree
-scores, so every ``probe_every``-th such round it drafts at the smallest positive bucket to look again.
+scores, so every ``probe_every``-th such round it drafts, at the drafting bucket predicted best, to look again
+(the worker's round then carries a forecast: ``AutoWidth.wants_forecast``).
 Pure host-side arithmetic on small arrays (the GPU side hands over its numbers a round late, without a
 sync): nothing here touches SGLang.
 """
@@ -320,8 +321,11 @@ class WidthPolicy:
 
     ``choose(bs, drafts)`` -> budget; ``rates(bs, drafts)`` -> {budget: predicted tokens per second or None}.
     Width 0 is chosen only when it pays; after ``probe_every`` consecutive width-0 rounds the next round drafts
-    at the smallest positive bucket so that the accept model sees fresh scores. Buckets without a cost are
-    skipped; with no usable prediction the policy drafts at the smallest positive bucket. Every
+    so that the accept model sees fresh scores, at the drafting bucket predicted best: the probe's forecast is
+    the largest bucket's tree whatever the probe verifies, so the probe need only lose the least (until session
+    39 it took the smallest positive bucket, which on a host-bound engine costs what budget 63 costs for fewer
+    tokens). Buckets without a cost are skipped; with no usable prediction the policy drafts at the smallest
+    positive bucket. Every
     ``explore_every``-th choice goes to the least observed other bucket predicted within ``explore_within`` of
     the best, so the costs next to the choice stay measured and a wrong estimate heals (at most one round in
     ``explore_every`` at a bucket predicted that much slower).
@@ -395,7 +399,8 @@ class WidthPolicy:
             self._zero_run += 1
             if self._zero_run > self.probe_every:
                 self._zero_run = 0
-                return smallest
+                drafting = {b: r for b, r in known.items() if b != 0}
+                return max(drafting, key=lambda b: (drafting[b], -b)) if drafting else smallest
             return 0
         self._zero_run = 0
         return best

@@ -130,6 +130,21 @@ def test_forecasts_every_fourth_drafting_round_and_never_with_a_stated_table(aut
     assert not any(table.wants_forecast(b) for b in (15, 31, 63, 7, 15))
 
 
+def test_the_first_drafting_round_after_width_0_forecasts(auto):
+    """The forecast that chose width 0 is all a width-0 stretch has; the policy's probe drafts to replace it, so that
+    round forecasts whatever the count says (session 39, tiny pair at bs 1: stretches of 27-37 rounds at width 0,
+    twice the probe interval, where the probe's round had not forecast), and only that round."""
+    auto.forecast = widths.DraftForecast(1, [0.0] * len(auto.budgets))
+    assert [auto.wants_forecast(b) for b in (15, 15)] == [True, False]  # the count: drafting rounds 1 and 2
+    for _ in range(3):
+        auto.finish(auto.begin(1, 0), None, None)
+    # drafting rounds 3 (the probe, after width 0) and 4; round 5 is the count's (5 = 1 mod 4)
+    assert [auto.wants_forecast(b) for b in (1, 15, 15)] == [True, False, True]
+    auto.finish(auto.begin(1, 0), None, None)
+    auto.begin(1, 63)
+    assert auto.wants_forecast(63) and not auto.wants_forecast(63)
+
+
 def test_nothing_is_read_before_its_events_complete(auto):
     _round(auto, 1, 15, span_ms=1.0, gap_ms=1.0)
     _round(auto, 1, 15, span_ms=1.0, gap_ms=1.0)

@@ -242,6 +242,27 @@ def test_policy_shrinks_the_tree_with_load_and_stops_drafting_when_it_does_not_p
     assert len(policy.describe([1, 64])) == 2 and "budget 63" in policy.describe([1])[0]
 
 
+def test_the_probe_drafts_at_the_drafting_bucket_predicted_best():
+    """A host-bound engine (the tiny pair at bs 1, session 39: every drafting bucket ~2.4 ms, width 0 ~1.58 ms):
+    a forecast of few drafts makes width 0 the best, and the probe out of it drafts at the best drafting bucket
+    (here 63: the same cost as budget 1 for more tokens), not at the smallest one."""
+    budgets = bucket_budgets(63)
+    costs = CostModel([1], budgets)
+    for b in budgets:
+        costs.seed(1, b, 1.58 if b == 0 else 2.4)
+    low = DraftForecast(1, [0.0, 0.1, 0.15, 0.2, 0.25, 0.28, 0.3])  # expected drafts per bucket, one request
+    policy = WidthPolicy(budgets, costs, ScoreAcceptModel(budgets), probe_every=2)
+    rates = policy.rates(1, low)
+    assert max(rates, key=rates.get) == 0 and max((b for b in budgets if b), key=rates.get) == 63
+    assert [policy.choose(1, low) for _ in range(6)] == [0, 0, 63, 0, 0, 63]
+    # where a drafting bucket's cost grows with its width (a GPU-bound round), the best drafting bucket is small
+    steep = CostModel([1], budgets)
+    for b in budgets:
+        steep.seed(1, b, 0.5 if b == 0 else 1.0 + 0.05 * b)
+    probe = WidthPolicy(budgets, steep, ScoreAcceptModel(budgets), probe_every=1)
+    assert [probe.choose(1, low) for _ in range(2)] == [0, 1]
+
+
 def test_score_model_corrects_overconfident_scores():
     budgets = (0, 4, 16)
     costs = CostModel([4], budgets)

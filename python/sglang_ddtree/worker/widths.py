@@ -275,6 +275,7 @@ class AutoWidth:
         self._ring = [_Pending(len(self.budgets), device) for _ in range(self.RING)]
         self._next = 0
         self._drafting_rounds = 0
+        self._forecast_due = False  # a width-0 round ran since the last drafting round: its forecast is stale
         self._inflight: collections.deque = collections.deque()
         self._last: Optional[_Pending] = None  # the latest round begun, until the next one begins
         self._index = {b: i for i, b in enumerate(self.budgets)}
@@ -332,14 +333,20 @@ class AutoWidth:
         return self.policy.choose(bs, self.forecast)
 
     def wants_forecast(self, budget: int) -> bool:
-        """Whether this drafting round should also score the largest bucket's tree (every ``FORECAST_EVERY``-th
-        drafting round: forecasts move slowly, and each costs a second tree build below the largest bucket plus
-        a sort of its scores). Never with a stated accept table (benchmarks): it reads no scores, and its rounds
-        would otherwise pay for a forecast every round (none is ever stored)."""
+        """Whether this drafting round should also score the largest bucket's tree: every ``FORECAST_EVERY``-th
+        drafting round (forecasts move slowly, and each costs a second tree build below the largest bucket plus
+        a sort of its scores), and the first drafting round after a width-0 round. The forecast that chose width
+        0 is the only one a width-0 stretch has, and the policy's probe drafts to replace it; until session 39
+        the probe carried a forecast only when the count fell on it, so a stretch chosen from one low forecast
+        went on for another ``probe_every`` rounds (the tiny pair at bs 1: 27-33 of 40 rounds at width 0 in five
+        log intervals, where budget 63 accepted 1.3-2.3 drafts a round). Never with a stated accept table
+        (benchmarks): it reads no scores, and its rounds would otherwise pay for a forecast every round (none is
+        ever stored)."""
         if budget == 0 or not isinstance(self.accept, ScoreAcceptModel):
             return False
         self._drafting_rounds += 1
-        return self._drafting_rounds % self.FORECAST_EVERY == 1 or self.forecast is None
+        due, self._forecast_due = self._forecast_due, False
+        return due or self._drafting_rounds % self.FORECAST_EVERY == 1 or self.forecast is None
 
     def interrupt(self) -> None:
         """Another forward (prefill, idle) runs before the next decode round: the latest round gets no period."""
@@ -363,6 +370,8 @@ class AutoWidth:
         slot.followed = None
         slot.start.record(stream)
         self._last = slot
+        if budget == 0:
+            self._forecast_due = True
         return slot
 
     def finish(self, slot: _Pending, full_tree_scores: Optional[torch.Tensor], accept_lens: Optional[torch.Tensor],
