@@ -284,12 +284,46 @@ def engine_environment(spec: str):
 ATTENTION_BACKENDS = ("fa3", "triton", "flashinfer")
 
 
-def decode_in_batches(engine, prompts, bs: int, params: dict) -> dict:
-    """Generate ``prompts`` in consecutive batches of ``bs`` requests, each waited for (``_decoded``'s result)."""
+def request_params(params: dict, n: int, spread: float) -> list:
+    """One sampling-params dict per prompt index 0..n-1: ``params`` with ``max_new_tokens`` M varied by up to
+    +-``spread`` of it, round(M * (1 - spread + 2 * spread * u_i)) with u_i uniform in [0, 1) drawn from the index
+    alone, so every configuration, repetition and process gives prompt i the same length (paired comparisons and the
+    token equality with plain decoding hold); the mean stays ~M. With 0 every request asks M tokens. A server's
+    requests differ in length: with one length, plain decoding's requests all finish on the same step, so under
+    the continuous schedule its slots are refilled together and their prompts prefilled in one batch, while a
+    speculative engine's requests finish rounds apart and are prefilled one by one (session 39's reading)."""
+    if not 0.0 <= spread < 1.0:
+        raise ValueError(f"--length-spread {spread}: must be in [0, 1)")
+    m = int(params["max_new_tokens"])
+    return [dict(params, max_new_tokens=max(1, round(m * (1.0 - spread + 2.0 * spread * _unit(i)))))
+            for i in range(n)]
+
+
+def _unit(i: int) -> float:
+    """A number in [0, 1) fixed by ``i`` alone (splitmix64's finaliser: no RNG state, the same in every process)."""
+    z = (i * 0x9E3779B97F4A7C15 + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
+def _per_request(params, n: int) -> list:
+    """``params`` as one dict per request: a list (``request_params``) as given, a dict repeated."""
+    if isinstance(params, list):
+        if len(params) != n:
+            raise ValueError(f"{len(params)} sampling params for {n} prompts")
+        return params
+    return [params] * n
+
+
+def decode_in_batches(engine, prompts, bs: int, params) -> dict:
+    """Generate ``prompts`` in consecutive batches of ``bs`` requests, each waited for (``_decoded``'s result).
+    ``params``: one sampling-params dict for every request, or one per prompt (``request_params``)."""
+    per = _per_request(params, len(prompts))
     outs, accepts = [], []
     t = time.perf_counter()
     for s in range(0, len(prompts), bs):
-        for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=params):
+        for r in engine.generate(input_ids=prompts[s : s + bs], sampling_params=per[s : s + bs]):
             outs.append(list(r["output_ids"]))
             accepts.append(r["meta_info"].get("spec_accept_length"))
     return _decoded(outs, accepts, time.perf_counter() - t)
@@ -303,17 +337,18 @@ def _decoded(outs, accepts, wall: float) -> dict:
             "mean_accept_length": sum(acc) / len(acc) if acc else None}
 
 
-def decode_continuous(engine, prompts, bs: int, params: dict) -> dict:
+def decode_continuous(engine, prompts, bs: int, params) -> dict:
     """Generate ``prompts`` with at most ``bs`` requests in flight, each finished request replaced by the next prompt
     at once: a server under a steady load of ``bs`` concurrent requests (continuous batching), where
     ``decode_in_batches`` waits for a whole batch before the next. A speculative engine's requests finish after
     different numbers of rounds (their accept lengths differ), so in waves every batch runs down to its slowest
     request at a shrinking batch size, a tail that plain decoding (every request the same number of steps) never
     has. Returns what ``decode_in_batches`` returns, outputs in prompt order. Uses the engine's own event loop
-    (``Engine.async_generate``, as ``Engine.generate`` runs it)."""
+    (``Engine.async_generate``, as ``Engine.generate`` runs it). ``params``: as ``decode_in_batches``'."""
     import asyncio
 
     n = len(prompts)
+    per = _per_request(params, n)
     outs, accepts = [None] * n, [None] * n
 
     async def run():
@@ -321,7 +356,7 @@ def decode_continuous(engine, prompts, bs: int, params: dict) -> dict:
 
         async def one(i):
             async with slots:
-                r = await engine.async_generate(input_ids=prompts[i], sampling_params=params)
+                r = await engine.async_generate(input_ids=prompts[i], sampling_params=per[i])
             outs[i] = list(r["output_ids"])
             accepts[i] = r["meta_info"].get("spec_accept_length")
 

@@ -19,6 +19,11 @@ and token equality with the first plain-decoding config (``plain``, ``plain+fa3`
 at once (a server under a steady load of ``bs``). A speculative engine's requests finish after different numbers
 of rounds, so in waves each batch runs down to its slowest request at a shrinking batch size; plain decoding has
 no such tail (session 36: b63 on the tiny pair at bs 16 ran ~29 rounds a wave where its mean request needed ~20).
+That holds only while every request asks the same number of tokens: then plain decoding's requests all finish on
+the same step, and under ``continuous`` their slots are refilled and prefilled together, while a speculative
+engine's are refilled one by one. ``--length-spread F`` gives each prompt its own length, up to +-F of
+``--max-new-tokens`` (the same for every config and repetition: ``bench_e2e.request_params``), as a server's requests
+have.
 
     python benchmark/bench_paired.py --target T --draft D --out benchmark/results/paired.json \
         --configs plain,dflash,ddtree:64:8 [--bs 1,16] [--repeats 5] [--baselines dflash,plain]
@@ -38,7 +43,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_e2e import (PROMPTS, SCHEDULES, after_warmup, engine_env, engine_kwargs, environment,  # noqa: E402
-                       fa3_unavailable, graph_settings, plain_reference)
+                       fa3_unavailable, graph_settings, plain_reference, request_params)
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -59,7 +64,8 @@ class _FakeEngine:
             self.seen_bs.add(len(input_ids))
             time.sleep(self.first_call_s)
         time.sleep(0.001 * len(input_ids))
-        return [self._answer(ids, sampling_params) for ids in input_ids]
+        per = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(input_ids)
+        return [self._answer(ids, p) for ids, p in zip(input_ids, per)]
 
     def _answer(self, ids, sampling_params):
         return {"output_ids": list(ids[:2]) + [7] * (sampling_params["max_new_tokens"] - 2),
@@ -110,7 +116,8 @@ def serve(args) -> int:
             if cmd.get("quit"):
                 break
             decode = SCHEDULES[cmd.get("schedule", "waves")]
-            print(_TAG + json.dumps(decode(engine, cmd["prompts"], cmd["bs"], params)), flush=True)
+            per = request_params(params, len(cmd["prompts"]), args.length_spread)
+            print(_TAG + json.dumps(decode(engine, cmd["prompts"], cmd["bs"], per)), flush=True)
     finally:
         engine.shutdown()
     return 0
@@ -120,7 +127,8 @@ class _Child:
     def __init__(self, spec, args, index, log_dir):
         cmd = [sys.executable, os.path.abspath(__file__), "--serve", spec, "--target", args.target, "--draft",
                args.draft, "--attention-backend", args.attention_backend, "--max-new-tokens",
-               str(args.max_new_tokens), "--mem-fraction", str(args.mem_fraction), "--bs", args.bs,
+               str(args.max_new_tokens), "--length-spread", str(args.length_spread), "--mem-fraction",
+               str(args.mem_fraction), "--bs", args.bs,
                "--port", str(args.base_port + 100 * index), "--out", "-"]
         self.spec = spec
         self.log = open(os.path.join(log_dir, f"engine_{index}.log"), "w")
@@ -173,6 +181,9 @@ def main(argv=None) -> int:
                     help="waves: consecutive batches of bs, each waited for; continuous: bs requests in flight, "
                          "each finished one replaced at once (module docstring)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--length-spread", type=float, default=0.0,
+                    help="vary each request's max_new_tokens by up to +-this fraction, fixed per prompt (the same in "
+                         "every config and repetition), in [0, 1); 0: every request asks --max-new-tokens")
     ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--mem-fraction", type=float, default=0.1, help="mem_fraction_static of EACH engine")
     ap.add_argument("--base-port", type=int, default=31000)
@@ -201,6 +212,8 @@ def main(argv=None) -> int:
         return 1
     if args.warmup_repeats < 0:
         ap.error(f"--warmup-repeats {args.warmup_repeats}: must be >= 0")
+    if not 0.0 <= args.length_spread < 1.0:
+        ap.error(f"--length-spread {args.length_spread}: must be in [0, 1)")
     bs_list = [int(b) for b in args.bs.split(",")]
     from transformers import AutoTokenizer
 
@@ -211,7 +224,8 @@ def main(argv=None) -> int:
     report = {"environment": environment(argv),
               "settings": {**graph_settings(bs_list), "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
                            "attention_backend": args.attention_backend,
-                           "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
+                           "max_new_tokens": args.max_new_tokens, "length_spread": args.length_spread,
+                           "num_prompts": args.num_prompts, "greedy": True,
                            "repeats": args.repeats, "warmup_repeats": args.warmup_repeats, "schedule": args.schedule,
                            "target": args.target, "draft": args.draft,
                            "method": "one engine process per config, all alive; each repetition runs every config "
@@ -271,7 +285,8 @@ def _write(report, runs, bs_list, baselines, t0, out, final) -> None:
             if not rs:
                 continue
             tps = [r["tokens"] / r["wall_s"] for r in rs]
-            m = rec[bs] = {"tokens_per_s": [round(x, 1) for x in tps], "tokens_per_s_median": round(statistics.median(tps), 1),
+            m = rec[bs] = {"output_tokens": rs[0]["tokens"],  # a cell's generated tokens (every repetition's)
+                           "tokens_per_s": [round(x, 1) for x in tps], "tokens_per_s_median": round(statistics.median(tps), 1),
                            "mean_accept_length": rs[0]["mean_accept_length"] and round(rs[0]["mean_accept_length"], 3)}
             ref_spec = plain_reference(list(runs))
             if ref_spec is not None:

@@ -11,7 +11,8 @@
 #                                             # config was slower than in session 25's four-engine run: AR at bs 48
 #                                             # 11828 vs 20481 tok/s; the cause was not isolated)
 #                                             # (fa3 staged; PAIRED_CONFIGS / _BS / _REPEATS / _PROMPTS (64 a batch
-#                                             # size and repetition) / _SCHEDULE / _NEW_TOKENS (64) override)
+#                                             # size and repetition) / _SCHEDULE / _NEW_TOKENS (64) /
+#                                             # _LENGTH_SPREAD (0: one length for every request) override)
 #     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, auto pinned to width 0, budgets
 #                                             # 15 / 63, auto timed and profiled, each trace analysed (where a round's
 #                                             # host time goes; a width-0 round against AR's step)
@@ -146,6 +147,7 @@ case "${1:-}" in
     # shellcheck disable=SC2086
     timeout -k 10 "$TIMEOUT" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P --configs "$CONFIGS" \
       --baselines "$BASES" --bs "$BS" --repeats "$REPS" --num-prompts "$PROMPTS" --max-new-tokens "${PAIRED_NEW_TOKENS:-64}" \
+      --length-spread "${PAIRED_LENGTH_SPREAD:-0}" \
       --schedule "${PAIRED_SCHEDULE:-waves}" --out "$OUT/$NAME" 2>&1 | grep -v "GC start\|GC end" | tail -n 60
     [ "$1" = gc ] && python3 benchmark/gc_log_summary.py "$OUT"/paired_logs/engine_*.log --json "$OUT/gc_summary.json"
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back

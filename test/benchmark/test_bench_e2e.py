@@ -254,3 +254,49 @@ def test_the_graph_cap_covers_the_largest_batch_size():
     assert bench_e2e.graph_settings([16])["max_running_requests"] == 48
     assert {k: v for k, v in bench_e2e.graph_settings([64]).items() if k not in caps} == {
         k: v for k, v in bench_e2e.COMMON.items() if k not in caps}
+
+
+def test_request_lengths_are_fixed_per_prompt_and_spread_around_the_mean():
+    params = dict(temperature=0.0, max_new_tokens=128, ignore_eos=True)
+    same = bench_e2e.request_params(params, 5, 0.0)
+    assert [p["max_new_tokens"] for p in same] == [128] * 5 and same[0]["ignore_eos"] is True
+    spread = bench_e2e.request_params(params, 400, 0.5)
+    lengths = [p["max_new_tokens"] for p in spread]
+    assert min(lengths) >= 64 and max(lengths) <= 192 and len(set(lengths)) > 50
+    assert abs(sum(lengths) / len(lengths) - 128) < 6  # the mean stays ~M
+    assert [p["max_new_tokens"] for p in bench_e2e.request_params(params, 400, 0.5)] == lengths  # fixed per index
+    assert [p["max_new_tokens"] for p in bench_e2e.request_params(params, 10, 0.5)] == lengths[:10]
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="--length-spread"):
+            bench_e2e.request_params(params, 3, bad)
+
+
+def test_both_schedules_give_each_request_its_own_params():
+    class Engine:
+        def __init__(self):
+            self.asked = []
+
+        def generate(self, input_ids, sampling_params):
+            self.asked += [p["max_new_tokens"] for p in sampling_params]
+            return [{"output_ids": [1] * p["max_new_tokens"], "meta_info": {}} for p in sampling_params]
+
+        @property
+        def loop(self):
+            import asyncio
+
+            self._loop = getattr(self, "_loop", None) or asyncio.new_event_loop()
+            return self._loop
+
+        async def async_generate(self, input_ids, sampling_params):
+            return {"output_ids": [1] * sampling_params["max_new_tokens"], "meta_info": {}}
+
+    per = bench_e2e.request_params(dict(max_new_tokens=20), 7, 0.5)
+    want = [p["max_new_tokens"] for p in per]
+    engine = Engine()
+    waves = bench_e2e.decode_in_batches(engine, [[1]] * 7, 3, per)
+    assert engine.asked == want and [len(o) for o in waves["outputs"]] == want and waves["tokens"] == sum(want)
+    cont = bench_e2e.decode_continuous(engine, [[1]] * 7, 3, per)
+    assert [len(o) for o in cont["outputs"]] == want
+    assert [len(o) for o in bench_e2e.decode_in_batches(Engine(), [[1]] * 2, 2, dict(max_new_tokens=4))["outputs"]] == [4, 4]
+    with pytest.raises(ValueError, match="2 sampling params for 7 prompts"):
+        bench_e2e.decode_in_batches(Engine(), [[1]] * 7, 3, per[:2])

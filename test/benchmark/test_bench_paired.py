@@ -13,6 +13,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "benchmark", "bench_paired.py")
 
 
+def _bench_e2e():
+    spec = importlib.util.spec_from_file_location("bench_e2e", os.path.join(ROOT, "benchmark", "bench_e2e.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench_e2e = _bench_e2e()
+
+
 def _pair():
     sys.path.insert(0, os.path.join(ROOT, "python"))
     from sglang_ddtree.fixtures import tiny_pair_path
@@ -104,6 +114,28 @@ def test_every_engine_captures_graphs_up_to_the_largest_batch_size(tmp_path):
     rep = json.loads(out.read_text())
     assert rep["settings"]["cuda_graph_max_bs_decode"] == 64
     assert rep["engines_cuda_graph_max_bs_decode"] == {"plain": 64, "ddtree:8:2": 64}
+
+
+def test_a_length_spread_reaches_every_engine_and_keeps_the_comparison_paired(tmp_path):
+    pair = _pair()
+    out = tmp_path / "paired.json"
+    env = dict(os.environ, BENCH_PAIRED_FAKE_ENGINE="1")
+    args = [sys.executable, SCRIPT, "--target", pair.target, "--draft", pair.draft, "--configs", "plain,ddtree:8:2",
+            "--baselines", "plain", "--bs", "2", "--repeats", "2", "--num-prompts", "6", "--max-new-tokens", "20",
+            "--length-spread", "0.5", "--out", str(out)]
+    for schedule in ("waves", "continuous"):
+        proc = subprocess.run(args + ["--schedule", schedule], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        rep = json.loads(out.read_text())
+        assert rep["settings"]["length_spread"] == 0.5
+        m = rep["results"]["ddtree:8:2"]["2"]
+        assert m["equal_to_plain"] == "6/6" and "speedup_vs_plain" in m
+        lengths = [p["max_new_tokens"] for p in bench_e2e.request_params(dict(max_new_tokens=20), 6, 0.5)]
+        assert len(set(lengths)) > 1  # the spread reached the engines: each prompt its own length
+        assert m["output_tokens"] == rep["results"]["plain"]["2"]["output_tokens"] == sum(lengths)
+    bad = subprocess.run(args[:-4] + ["--length-spread", "1", "--out", str(out)], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--length-spread 1.0: must be in [0, 1)" in bad.stderr
 
 
 def test_bad_config_fails_before_any_engine(tmp_path):
