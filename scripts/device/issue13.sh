@@ -12,7 +12,9 @@
 #                                             # 11828 vs 20481 tok/s; the cause was not isolated)
 #                                             # (fa3 staged; PAIRED_CONFIGS / _BS / _REPEATS / _PROMPTS (64 a batch
 #                                             # size and repetition) / _SCHEDULE / _NEW_TOKENS (64) /
-#                                             # _LENGTH_SPREAD (0: one length for every request) override)
+#                                             # _LENGTH_SPREAD (0: one length for every request) / _BASES
+#                                             # (dflash+fa3,plain+fa3: name them as in PAIRED_CONFIGS, e.g. with
+#                                             # +loginfo, whose INFO log counts prefill batches) override)
 #     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, auto pinned to width 0, budgets
 #                                             # 15 / 63, auto timed and profiled, each trace analysed (where a round's
 #                                             # host time goes; a width-0 round against AR's step)
@@ -141,7 +143,7 @@ case "${1:-}" in
     else
       # +loginfo: the auto engine's log keeps its start-up cost table and its budget mix (one line per 40 rounds)
       CONFIGS=${PAIRED_CONFIGS:-plain+fa3,dflash+fa3,ddtree:15:8+fa3,ddtree:63:8+fa3,ddtree:auto:8+fa3+loginfo}
-      BASES=dflash+fa3,plain+fa3 BS=${PAIRED_BS:-1,4,16,48,64} REPS=${PAIRED_REPEATS:-2} PROMPTS=${PAIRED_PROMPTS:-64} TIMEOUT=${PAIRED_TIMEOUT_S:-570}
+      BASES=${PAIRED_BASES:-dflash+fa3,plain+fa3} BS=${PAIRED_BS:-1,4,16,48,64} REPS=${PAIRED_REPEATS:-2} PROMPTS=${PAIRED_PROMPTS:-64} TIMEOUT=${PAIRED_TIMEOUT_S:-570}
       NAME=paired_auto.json
     fi
     # shellcheck disable=SC2086
