@@ -89,7 +89,7 @@ COMMON = dict(dtype="bfloat16", mem_fraction_static=0.45, context_length=2048, m
               sampling_backend="pytorch", cuda_graph_max_bs_decode=48, log_level="error")
 
 
-def graph_settings(bs_list) -> dict:
+def engine_caps(bs_list) -> dict:
     """COMMON with the CUDA-graph cap and the running-request cap at the largest batch size measured (at least
     COMMON's 48). Session 39 (tiny pair, continuous, bs 64, both at 48): plain decoding ran 64 requests without
     graphs (13000 tok/s against 29148 at bs 48), and the speculative engines ran 48 at a time with 16 queued, since
@@ -375,7 +375,7 @@ def run_config(spec, target, draft, prompts, args) -> dict:
 
     t0 = time.time()
     with engine_environment(spec):
-        engine = sglang.Engine(model_path=target, **{**graph_settings(args.bs),
+        engine = sglang.Engine(model_path=target, **{**engine_caps(args.bs),
                                                      **engine_kwargs(spec, draft, args.attention_backend)})
     rec = {"config": spec, "start_s": round(time.time() - t0, 1), "by_bs": {}}
     params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
@@ -525,7 +525,7 @@ def main(argv=None) -> int:
 
     tok = AutoTokenizer.from_pretrained(args.target)
     prompts = [tok.encode(PROMPTS[i % len(PROMPTS)]) for i in range(args.num_prompts)]
-    report = {"environment": environment(argv), "settings": {**graph_settings(args.bs),
+    report = {"environment": environment(argv), "settings": {**engine_caps(args.bs),
                                                              "attention_backend": args.attention_backend,
               "max_new_tokens": args.max_new_tokens, "num_prompts": args.num_prompts, "greedy": True,
               "target": args.target, "draft": args.draft}, "results": []}

@@ -42,8 +42,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import (PROMPTS, SCHEDULES, after_warmup, engine_env, engine_kwargs, environment,  # noqa: E402
-                       fa3_unavailable, graph_settings, plain_reference, request_params)
+from bench_e2e import (PROMPTS, SCHEDULES, after_warmup, engine_caps, engine_env, engine_kwargs,  # noqa: E402
+                       environment, fa3_unavailable, plain_reference, request_params)
 
 _TAG = "@@BENCH_PAIRED "
 
@@ -96,7 +96,7 @@ def serve(args) -> int:
     """Child: one engine; reads one JSON command per stdin line, answers one ``_TAG`` line each."""
     # sleep_on_idle: the other configs' engines stay alive while this one is timed; idle, each would poll its
     # sockets in a busy loop (one CPU core each) next to the CPU-bound round being measured
-    kw = {**graph_settings(args.bs.split(",")), "mem_fraction_static": args.mem_fraction, "port": args.port,
+    kw = {**engine_caps(args.bs.split(",")), "mem_fraction_static": args.mem_fraction, "port": args.port,
           "nccl_port": args.port + 7, "sleep_on_idle": True,
           **engine_kwargs(args.serve, args.draft, args.attention_backend)}
     if os.environ.get("BENCH_PAIRED_FAKE_ENGINE") == "1":
@@ -108,7 +108,7 @@ def serve(args) -> int:
     params = dict(temperature=0.0, max_new_tokens=args.max_new_tokens, ignore_eos=True)
     engine.generate(input_ids=[[1, 2, 3]] * 2, sampling_params=dict(params, max_new_tokens=16))  # warm-up
     after_warmup(engine, args.serve)
-    # the graph cap it was started with: the parent records it per engine (graph_settings)
+    # the graph cap it was started with: the parent records it per engine (bench_e2e.engine_caps)
     print(_TAG + json.dumps({"ready": True, "cuda_graph_max_bs_decode": kw["cuda_graph_max_bs_decode"]}), flush=True)
     try:
         for line in sys.stdin:
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
     log_dir = args.log_dir or os.path.dirname(os.path.abspath(args.out))
     os.makedirs(log_dir, exist_ok=True)
     report = {"environment": environment(argv),
-              "settings": {**graph_settings(bs_list), "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
+              "settings": {**engine_caps(bs_list), "mem_fraction_static": args.mem_fraction, "sleep_on_idle": True,
                            "attention_backend": args.attention_backend,
                            "max_new_tokens": args.max_new_tokens, "length_spread": args.length_spread,
                            "num_prompts": args.num_prompts, "greedy": True,

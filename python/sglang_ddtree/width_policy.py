@@ -399,8 +399,7 @@ class WidthPolicy:
             self._zero_run += 1
             if self._zero_run > self.probe_every:
                 self._zero_run = 0
-                drafting = {b: r for b, r in known.items() if b != 0}
-                return max(drafting, key=lambda b: (drafting[b], -b)) if drafting else smallest
+                return max((b for b in known if b != 0), key=lambda b: (known[b], -b), default=smallest)
             return 0
         self._zero_run = 0
         return best

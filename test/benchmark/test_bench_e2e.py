@@ -248,11 +248,11 @@ def test_the_continuous_schedule_keeps_bs_requests_in_flight_and_refills_at_once
 
 
 def test_the_graph_cap_covers_the_largest_batch_size():
-    assert bench_e2e.graph_settings([1, 16])["cuda_graph_max_bs_decode"] == bench_e2e.COMMON["cuda_graph_max_bs_decode"]
+    assert bench_e2e.engine_caps([1, 16])["cuda_graph_max_bs_decode"] == bench_e2e.COMMON["cuda_graph_max_bs_decode"]
     caps = ("cuda_graph_max_bs_decode", "max_running_requests")
-    assert [bench_e2e.graph_settings(["4", "64"])[k] for k in caps] == [64, 64]
-    assert bench_e2e.graph_settings([16])["max_running_requests"] == 48
-    assert {k: v for k, v in bench_e2e.graph_settings([64]).items() if k not in caps} == {
+    assert [bench_e2e.engine_caps(["4", "64"])[k] for k in caps] == [64, 64]
+    assert bench_e2e.engine_caps([16])["max_running_requests"] == 48
+    assert {k: v for k, v in bench_e2e.engine_caps([64]).items() if k not in caps} == {
         k: v for k, v in bench_e2e.COMMON.items() if k not in caps}
 
 

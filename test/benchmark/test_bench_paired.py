@@ -9,18 +9,13 @@ import sys
 
 import pytest
 
+import _scripts
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "benchmark", "bench_paired.py")
 
 
-def _bench_e2e():
-    spec = importlib.util.spec_from_file_location("bench_e2e", os.path.join(ROOT, "benchmark", "bench_e2e.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench_e2e = _bench_e2e()
+bench_e2e = _scripts.load("bench_e2e")
 
 
 def _pair():
