@@ -178,8 +178,8 @@ ENV_MODIFIERS = {
     "nowarmup": {"SGLANG_DDTREE_WARMUP": "0"},  # DDTREE: each round kernel compiled at its first round (before session 29)
     "chain": {"SGLANG_DDTREE_AUTO_CHAIN": "1"},  # budget auto on fa3: the chain bucket too (the default, widths)
     "nochain": {"SGLANG_DDTREE_AUTO_CHAIN": "0"},  # budget auto: tree buckets only (before session 30)
-    "costdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "1"},  # budget auto: stale costs follow the drift (session 38)
-    "nocostdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "0"},  # budget auto: each bucket's cost its own (the default)
+    "costdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "1"},  # budget auto: stale costs follow the drift (the default)
+    "nocostdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "0"},  # budget auto: each bucket's cost its own (before session 40)
 }
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
 # they ask for. pin<bucket> (pin0, pin15, pinchain15, ...: ``config.parse_bucket``'s names): budget auto verifies that

@@ -94,9 +94,10 @@ class CostModel:
       back) settles afresh, its former estimate the stand-in: costs drift with the GPU's power cap while the
       choice is measured every round and its rivals rarely, and a window of old rounds would otherwise need
       most of its length in explorations to follow.
-    - With ``follow_drift`` (off by default until a paired run measures it; ``SGLANG_DDTREE_AUTO_COST_DRIFT=1``), a
-      settled key's estimate follows the other buckets of its batch size: it moves by the median change of their
-      estimates since its own latest observation (those measured after it). On a host-bound engine (session 38,
+    - With ``follow_drift`` (on by default since session 40's paired runs; ``SGLANG_DDTREE_AUTO_COST_DRIFT=0`` turns
+      it off in a server), a settled key's estimate follows the other buckets of its batch size: it moves by the
+      median change of their estimates since its own latest observation (those measured after it). On a host-bound
+      engine (session 38,
       the tiny pair on the H200) the buckets' calibrated differences were a few percent of a round while estimates
       formed at different times differed by 10-40 %: a bucket measured in a slow stretch kept that price, and the
       exploration, which only tries buckets predicted within 80 % of the best, rarely measured it again. Changes,
@@ -107,7 +108,7 @@ class CostModel:
       move is followed, 0.9942 at 15 %, 0.9945 without following; worst seed 0.971 / 0.983 / 0.989)."""
 
     def __init__(self, batch_sizes: Sequence[int], budgets: Sequence[int], *, window: int = 21, warmup: int = 1,
-                 settle: int = 3, stale_after: int = 8, follow_drift: bool = False, drift_min: float = 0.15):
+                 settle: int = 3, stale_after: int = 8, follow_drift: bool = True, drift_min: float = 0.15):
         if window < 1 or warmup < 0 or not 1 <= settle <= window or stale_after < 1 or drift_min < 0.0:
             raise ValueError(f"window must be >= 1, warmup >= 0, settle in [1, window], stale_after >= 1 and "
                              f"drift_min >= 0, got {window}, {warmup}, {settle}, {stale_after}, {drift_min}")

@@ -46,8 +46,8 @@ ACCEPT_TABLE_ENV = "SGLANG_DDTREE_AUTO_ACCEPT_TABLE"
 # The chain bucket (``config.ChainBucket``): 1 / unset = auto's buckets hold it where the target verifies on fa3 with
 # DDTREE's fused tree attention (``with_chain``), 0 = trees only.
 CHAIN_ENV = "SGLANG_DDTREE_AUTO_CHAIN"
-# The cost model's ``follow_drift`` (``width_policy.CostModel``): 1 = a bucket's estimate follows the changes of the
-# buckets measured after it, 0 / unset = each bucket keeps its own (the default until a paired run measures it).
+# The cost model's ``follow_drift`` (``width_policy.CostModel``): 1 / unset = a bucket's estimate follows the changes of
+# the buckets measured after it (the default since session 40's paired runs), 0 = each bucket keeps its own.
 COST_DRIFT_ENV = "SGLANG_DDTREE_AUTO_COST_DRIFT"
 
 
@@ -267,7 +267,8 @@ class AutoWidth:
         self.budgets = tuple(config.buckets)
         sizes = sorted({int(b) for b in batch_sizes} | {int(max_batch_size)})
         self.costs = CostModel(sizes, self.budgets, follow_drift=env_switch(
-            COST_DRIFT_ENV, on="budget auto's costs follow the measured buckets' drift", off="each bucket's own"))
+            COST_DRIFT_ENV, on="budget auto's costs follow the measured buckets' drift", off="each bucket's own",
+            default=True))
         metrics.AUTO_STATS.set_cost_source(self.costs)  # the decode log shows the costs the choice weighs
         self.accept = accept_model(self.budgets)
         self.policy = WidthPolicy(self.budgets, self.costs, self.accept)
@@ -320,8 +321,8 @@ class AutoWidth:
                               for b in self.budgets)
             lines.append(f"bs {bs} ms/round by budget {{{cells}}}")
         lines += self.policy.describe(self.costs.batch_sizes)
-        if self.costs.follow_drift:
-            lines.append(f"costs follow the measured buckets' drift ({COST_DRIFT_ENV}=1)")
+        if not self.costs.follow_drift:
+            lines.append(f"each bucket keeps its own cost, not the measured buckets' drift ({COST_DRIFT_ENV}=0)")
         return lines
 
     # -- the round --
