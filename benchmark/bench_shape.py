@@ -236,20 +236,64 @@ def gpu_total_gib():
         return None
 
 
-def memory_shortfall(shape: str, configs, max_total_tokens: int, total_gib):
-    """Why ``configs``' engines of ``shape``, all alive together, cannot fit a GPU of ``total_gib`` (their
-    ``engine_floor_gib`` sum exceeds it), or None (they may fit, or either side is unknown). Said before any engine
-    starts: session 32's first 8B-shape run on an 80 GB H100 spent 200 s starting three engines of five before the
-    fourth ran out of memory."""
+# What an engine holds beyond weights and KV (``engine_estimate_gib``), from session 40's 8B-shape engines on an H100 at
+# c 64 (max_running_requests and decode graphs up to 64, --max-total-tokens 24000): plain decoding held 20.65 GiB
+# against a floor of 18.6, DFLASH 25.42 against 21.0, and budget auto ran out of memory at its first prefill with
+# 33.03 GiB, having captured 9.45 GB of verify graphs (its largest bucket's 5.35 at 64 rows a request, the other
+# buckets' 4.10 at 79 rows: 143 rows a request x 64 requests; ``session40/shape_c64_oom``). Graph memory goes with
+# the captured rows, and at these widths mostly with the logits: ~6.8 bytes per vocabulary entry a row.
+GRAPH_BYTES_PER_ROW_PER_VOCAB = 7.0
+# CUDA context, workspaces and the first prefill's activations per engine: plain decoding's 2.0 GiB over its floor
+# and graphs, and 1.5 more, so that session 40's trio at c 64 (plain, DFLASH, auto), which ran out of memory, is
+# refused on an 80 GB H100 while the same trio at c 32, which ran, is not (estimates 81.1 and 76.1 GiB of 79.6).
+ENGINE_HEADROOM_GIB = 3.5
+
+
+def captured_rows(spec: str, attention_backend: str) -> int:
+    """Rows a request the target's decode / verify CUDA graphs are captured at, summed over the graph sets an engine
+    keeps: plain 1, DFLASH its block, DDTREE budget + 1, auto every bucket's width (and the chain's on fa3)."""
+    kind, budget = config_key(spec)
+    if kind == "plain":
+        return 1
+    if kind == "dflash":
+        return DRAFT_BLOCK
+    if budget != "auto":
+        return int(budget) + 1
+    chain = ("nochain" not in spec.split("+")
+             and engine_kwargs(spec, "D", attention_backend)["attention_backend"] == "fa3")
+    return sum(int(b) + 1 for b in AUTO_BUCKETS) + (DRAFT_BLOCK if chain else 0)
+
+
+def engine_estimate_gib(target: dict, draft: dict, spec: str, max_total_tokens: int, max_batch_size: int,
+                        attention_backend: str):
+    """One engine's GPU memory in GiB, estimated: ``engine_floor_gib`` plus its CUDA graphs (``captured_rows`` x
+    ``max_batch_size`` rows at ``GRAPH_BYTES_PER_ROW_PER_VOCAB``) and ``ENGINE_HEADROOM_GIB``. None where the floor
+    is."""
+    floor = engine_floor_gib(target, draft, spec, max_total_tokens)
+    if floor is None:
+        return None
+    rows = captured_rows(spec, attention_backend) * int(max_batch_size)
+    return floor + rows * GRAPH_BYTES_PER_ROW_PER_VOCAB * int(target["vocab_size"]) / 2 ** 30 + ENGINE_HEADROOM_GIB
+
+
+def memory_shortfall(shape: str, configs, max_total_tokens: int, total_gib, max_batch_size: int = 1,
+                     attention_backend: str = "fa3"):
+    """Why ``configs``' engines of ``shape``, all alive together, cannot fit a GPU of ``total_gib`` (the sum of their
+    ``engine_estimate_gib`` at ``max_batch_size`` running requests exceeds it), or None (they may fit, or either side
+    is unknown). Said before any engine starts: session 32's first 8B-shape run on an 80 GB H100 spent 200 s
+    starting three engines of five before the fourth ran out of memory, and session 40's three at c 64 as long
+    before budget auto's did (weights and KV alone fitted)."""
     if total_gib is None:
         return None
     target, draft = shape_configs(shape)
-    floors = [engine_floor_gib(target, draft, spec, max_total_tokens) for spec in configs]
-    if any(f is None for f in floors) or sum(floors) <= total_gib:
+    need = [engine_estimate_gib(target, draft, spec, max_total_tokens, max_batch_size, attention_backend)
+            for spec in configs]
+    if any(n is None for n in need) or sum(need) <= total_gib:
         return None
-    return (f"{len(configs)} engines of {shape} stay alive together and need at least {sum(floors):.1f} GiB "
-            f"(weights + KV at --max-total-tokens {max_total_tokens}), more than the GPU's {total_gib:.1f} GiB: "
-            f"pass fewer --configs or a smaller --max-total-tokens")
+    return (f"{len(configs)} engines of {shape} stay alive together and need about {sum(need):.1f} GiB (weights + "
+            f"KV at --max-total-tokens {max_total_tokens}, CUDA graphs at batch sizes up to {max_batch_size}, "
+            f"{ENGINE_HEADROOM_GIB:g} GiB of headroom each), more than the GPU's {total_gib:.1f} GiB: pass fewer "
+            f"--configs, a lower --concurrency or a smaller --max-total-tokens")
 
 
 # The drafter's weights (--draft-weights). With SGLang's dummy initialisation a DFlash drafter drafts one token 15
@@ -1068,7 +1112,8 @@ def main(argv=None) -> int:
               "errors": {}}
     total_gib = gpu_total_gib()
     for i, shape in enumerate(args.shapes):
-        short = memory_shortfall(shape, args.configs, args.max_total_tokens, total_gib)
+        short = memory_shortfall(shape, args.configs, args.max_total_tokens, total_gib, max(args.concurrency),
+                                 args.attention_backend)
         if short is not None:
             report["errors"][shape] = {"error": f"MemoryError: {short}"}
             print(f"[bench_shape] {shape}: {short}", flush=True)

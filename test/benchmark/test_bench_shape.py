@@ -700,9 +700,9 @@ def test_engines_that_cannot_fit_the_gpu_are_refused_before_any_starts(tmp_path)
     proc = _cli("--out", str(out), "--shapes", "qwen3-8b", "--configs", five, "--concurrency", "1",
                 "--max-total-tokens", "24000", "--model-dir", str(tmp_path / "models"), path_first=str(bin_dir))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    msg = ("5 engines of qwen3-8b stay alive together and need at least 102.4 GiB (weights + KV at "
-           "--max-total-tokens 24000), more than the GPU's 79.6 GiB: pass fewer --configs or a smaller "
-           "--max-total-tokens")
+    msg = ("5 engines of qwen3-8b stay alive together and need about 120.2 GiB (weights + KV at --max-total-tokens "
+           "24000, CUDA graphs at batch sizes up to 1, 3.5 GiB of headroom each), more than the GPU's 79.6 GiB: pass fewer "
+           "--configs, a lower --concurrency or a smaller --max-total-tokens")
     assert msg in proc.stdout
     rep = json.loads(out.read_text())
     assert rep["errors"]["qwen3-8b"] == {"error": "MemoryError: " + msg} and rep["results"] == {}
@@ -715,3 +715,24 @@ def test_engines_that_cannot_fit_the_gpu_are_refused_before_any_starts(tmp_path)
     assert bench_shape.memory_shortfall("qwen3-8b", five.split(",")[:3], 24000, 79.6) is None
     assert bench_shape.memory_shortfall("qwen3-8b", five.split(","), 24000, None) is None  # no nvidia-smi
     assert bench_shape.engine_floor_gib(*bench_shape.shape_configs("qwen3.5-9b"), "plain", 24000) is None
+
+
+def test_the_fit_check_counts_each_engines_cuda_graphs_at_the_largest_concurrency():
+    """Session 40 on an 80 GB H100: plain, DFLASH and auto at the 8B shape ran at c 32, and at c 64 budget auto's
+    engine ran out of memory at its first prefill after ~200 s of start-up, its weights and KV well inside the GPU:
+    its verify graphs of every bucket at 64 requests held 9.45 GB. Graph memory counts now, by the rows captured."""
+    trio = ["plain+fa3", "dflash+fa3", "ddtree:auto:8+fa3"]
+    assert bench_shape.memory_shortfall("qwen3-8b", trio, 24000, 79.6, 32, "fa3") is None
+    short = bench_shape.memory_shortfall("qwen3-8b", trio, 24000, 79.6, 64, "fa3")
+    assert short is not None and short.startswith("3 engines of qwen3-8b stay alive together and need about 81.1 GiB")
+    assert "CUDA graphs at batch sizes up to 64" in short
+    assert bench_shape.memory_shortfall("qwen3-8b", trio[1:], 24000, 79.6, 64, "fa3") is None  # two of them fit
+    # rows a request: plain 1, DFLASH its block, a fixed budget b + 1, auto every bucket (the chain's on fa3 only)
+    rows = {spec: bench_shape.captured_rows(spec, "fa3") for spec in ("plain", "dflash", "ddtree:15:8", "ddtree:auto:8",
+                                                                      "ddtree:auto:8+nochain")}
+    assert rows == {"plain": 1, "dflash": 16, "ddtree:15:8": 16, "ddtree:auto:8": 143, "ddtree:auto:8+nochain": 127}
+    assert bench_shape.captured_rows("ddtree:auto:8", "triton") == 127
+    assert bench_shape.captured_rows("ddtree:auto:8+fa3", "triton") == 143
+    t, d = bench_shape.shape_configs("qwen3-8b")
+    one, many = (bench_shape.engine_estimate_gib(t, d, "ddtree:auto:8", 24000, c, "fa3") for c in (1, 64))
+    assert many - one == pytest.approx(143 * 63 * 7.0 * 151936 / 2 ** 30)
