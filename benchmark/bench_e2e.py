@@ -414,13 +414,30 @@ def environment(argv) -> dict:
 
     env = {"command": " ".join([os.path.basename(sys.executable)] + argv), "python": platform.python_version(),
            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **host_cpu()}
     for mod in ("sglang", "triton", "sglang_ddtree"):
         try:
             env[mod] = __import__(mod).__version__
         except Exception as e:  # record, do not fail the run
             env[mod] = f"unavailable: {e}"
     return env
+
+
+def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> dict:
+    """The host's CPU model, logical CPU count and 1-minute load average: the tiny pair's rounds are bound by the host
+    (sessions 39 and 40 on two H100 hosts: the same DFLASH engine at bs 48 read 19139 and 11010 tok/s), so absolute
+    numbers compare only within one host. Fields it cannot read are None."""
+    model = None
+    try:
+        with open(cpuinfo) as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
+    return {"cpu_model": model, "cpu_count": os.cpu_count(), "loadavg_1m": load}
 
 
 def positive_ints(text: str, flag: str, noun: str, example: str) -> list:

@@ -300,3 +300,16 @@ def test_both_schedules_give_each_request_its_own_params():
     assert [len(o) for o in bench_e2e.decode_in_batches(Engine(), [[1]] * 2, 2, dict(max_new_tokens=4))["outputs"]] == [4, 4]
     with pytest.raises(ValueError, match="2 sampling params for 7 prompts"):
         bench_e2e.decode_in_batches(Engine(), [[1]] * 7, 3, per[:2])
+
+
+def test_the_environment_record_names_the_host_cpu(tmp_path):
+    """The tiny pair is host-bound: a record without its host cannot be set beside another session's."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Example CPU 9000 @ 3.0GHz\nflags\t: x\n\n"
+                    "processor\t: 1\nmodel name\t: Example CPU 9000 @ 3.0GHz\n")
+    cpu = bench_e2e.host_cpu(str(info))
+    assert cpu["cpu_model"] == "Example CPU 9000 @ 3.0GHz" and cpu["cpu_count"] == os.cpu_count()
+    assert isinstance(cpu["loadavg_1m"], float)
+    assert bench_e2e.host_cpu(str(tmp_path / "missing"))["cpu_model"] is None
+    env = bench_e2e.environment(["bench_paired.py", "--bs", "1"])
+    assert {"cpu_model", "cpu_count", "loadavg_1m"} <= set(env)
