@@ -63,8 +63,9 @@ says which).
 Budget auto (``ddtree:auto:<topk>``). Its engine's processes get ``SGLANG_DDTREE_AUTO_ACCEPT_TABLE`` = the
 projection table's ``ddtree`` entries (JSON {budget: tau}), so the policy chooses with the accept lengths the
 projection then applies (``width_policy.TableAcceptModel`` interpolates and clamps as ``tau_for_budget``; the
-paper's table starts at 16, so buckets 1 / 3 / 7 / 15 get 8.61 in both, which overstates small trees: a
-warning says so; state small budgets with ``--accept-table``).
+paper's table starts at 16, so buckets 1 / 3 / 7 / 15 get a stated assumption in both,
+``shape_projection.with_small_budgets``, named in the report's ``assumed`` and printed; state small budgets with
+``--accept-table``).
 Verified budgets per window (one measurement: the M0 and M1 generates of one concurrency and repetition):
 the engine's own counter ``sglang:ddtree_budget_rounds_total{budget}`` (worker.metrics, fed by the worker's
 ``AutoStats``), read from the prometheus_client multiprocess directory each engine process gets fresh, before

@@ -36,22 +36,32 @@ def chain_rate(dflash_tau: float, depth: int) -> float:
 
 
 def with_small_budgets(table: dict, budgets, depth: int = 15) -> dict:
-    """``table`` plus, for every budget in ``budgets`` below its smallest DDTree entry, an ASSUMED accept length:
-    DFLASH's chain of that many drafts, tau(b) = 1 + a + ... + a^min(b, depth) with a from the table's DFLASH tau
-    (``chain_rate``) - a chain of b nodes is a tree of budget b, so this is what such a tree accepts when branching
-    buys nothing (a lower bound under the chain model; the paper's table starts at 16). Each added entry is named
-    in ``assumed``; the policy (through SGLANG_DDTREE_AUTO_ACCEPT_TABLE) and the projection read the same table."""
+    """``table`` plus, for every budget in ``budgets`` below its smallest DDTree entry B0, an ASSUMED accept length:
+    the larger of two lower bounds of what a tree of b drafts accepts (tokens per round, bonus included).
+    - DFLASH's chain of b drafts: tau(b) = 1 + a + ... + a^min(b, depth), with a from the table's DFLASH tau
+      (``chain_rate``). A chain of b nodes is a tree of budget b, and the best-first tree's nodes score at least
+      the chain's, so this is what such a tree accepts when branching buys nothing.
+    - b / B0 of the B0-node tree's drafts: tau(b) = 1 + (b / B0) (tau(B0) - 1). Best-first trees are nested (the
+      b best nodes are among the B0 best), and for a calibrated drafter a node's acceptance is its path
+      probability, so the b best of the B0 nodes hold at least b / B0 of their expected drafts.
+    At the paper's table (B0 = 16, tau 8.61) the second bound decides budget 15 (8.13 against the chain's 7.79); the
+    chain decides 1 / 3 / 7. Each added entry is named in ``assumed``; the policy (through
+    SGLANG_DDTREE_AUTO_ACCEPT_TABLE) and the projection read the same table."""
     smallest = min(int(b) for b in table["ddtree"])
     small = sorted(int(b) for b in budgets if 0 < int(b) < smallest)
     if not small:
         return table
     a = chain_rate(table["dflash"], depth)
+    top = float(table["ddtree"][str(smallest)])
     ddtree = dict(table["ddtree"])
     for b in small:
-        ddtree[str(b)] = round(sum(a ** i for i in range(min(b, depth) + 1)), 4)
+        chain = sum(a ** i for i in range(min(b, depth) + 1))
+        nested = 1.0 + b / smallest * (top - 1.0)
+        ddtree[str(b)] = round(max(chain, nested), 4)
     return dict(table, ddtree=ddtree, assumed={
-        "budgets": small, "rule": f"DFLASH chain of min(b, {depth}) drafts at per-position acceptance {a:.4f} "
-                                  f"(from dflash tau {table['dflash']})"})
+        "budgets": small, "rule": f"the larger of DFLASH's chain of min(b, {depth}) drafts at per-position acceptance "
+                                  f"{a:.4f} (from dflash tau {table['dflash']}) and b / {smallest} of the "
+                                  f"{smallest}-node tree's drafts (1 + b / {smallest} x {top - 1.0:.4g})"})
 
 
 def with_chain_bucket(table: dict, drafts: int = 15, depth: int = 15) -> dict:

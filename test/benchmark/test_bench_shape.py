@@ -438,24 +438,25 @@ def test_paper_table_states_its_assumption_for_small_auto_buckets(tmp_path):
     proc = _cli("--out", str(out), "--configs", AUTO, "--concurrency", "1", "--repeats", "1",
                 "--new-tokens", "16", "--base-tokens", "8", "--model-dir", str(tmp_path / "models"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "ddtree budgets [1, 3, 7, 15] lie below the accept table: assumed DFLASH chain" in proc.stdout
+    assert "ddtree budgets [1, 3, 7, 15] lie below the accept table: assumed the larger of DFLASH's chain" in proc.stdout
     table = json.loads(out.read_text())["accept_table"]
-    assert table["assumed"]["budgets"] == [1, 3, 7, 15] and table["ddtree"]["15"] == pytest.approx(7.79, abs=1e-3)
+    assert table["assumed"]["budgets"] == [1, 3, 7, 15] and table["ddtree"]["15"] == pytest.approx(8.1344, abs=1e-3)
 
 
 def test_a_fixed_small_budget_is_projected_alike_with_or_without_auto_beside_it(tmp_path):
-    """Budget 15 lies below the paper's table (it starts at 16): it gets DFLASH's chain (7.79 tokens) whether or not
-    an auto config runs in the same call (session 26's c 16 run without auto had clamped it to 8.61)."""
+    """Budget 15 lies below the paper's table (it starts at 16): it gets the stated small-budget assumption (8.13
+    tokens: 15 / 16 of the 16-node tree's drafts) whether or not an auto config runs in the same call (session 26's
+    c 16 run without auto had clamped it to 8.61)."""
     taus = []
     for configs in ("dflash,ddtree:15:8", f"dflash,ddtree:15:8,{AUTO}"):
         out = tmp_path / f"{len(taus)}.json"
         proc = _cli("--out", str(out), "--configs", configs, "--concurrency", "1", "--repeats", "1",
                     "--new-tokens", "16", "--base-tokens", "8", "--model-dir", str(tmp_path / "models"))
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert "lie below the accept table: assumed DFLASH chain" in proc.stdout
+        assert "lie below the accept table: assumed the larger of DFLASH's chain" in proc.stdout
         rep = json.loads(out.read_text())
         taus.append(rep["results"]["qwen3-8b"]["ddtree:15:8"]["1"]["tau"])
-    assert taus[0] == taus[1] == pytest.approx(7.79, abs=1e-3)
+    assert taus[0] == taus[1] == pytest.approx(8.1344, abs=1e-3)
 
 
 def test_auto_fake_refuses_to_start_without_the_table(tmp_path):
@@ -542,9 +543,10 @@ def test_count_diff():
         shape_budgets.count_diff({63: 1}, {63: 2})
 
 
-def test_small_auto_buckets_get_the_dflash_chain_assumption():
-    """Below the paper's smallest budget (16) auto's buckets take DFLASH's chain acceptance, stated in the table
-    (``assumed``) and read the same way by the policy (TableAcceptModel) and the projection."""
+def test_small_auto_buckets_get_the_larger_of_two_lower_bounds():
+    """Below the paper's smallest budget (16) auto's buckets take the larger of DFLASH's chain acceptance and b / 16
+    of the 16-node tree's drafts, stated in the table (``assumed``) and read the same way by the policy
+    (TableAcceptModel) and the projection."""
     from shape_projection import PAPER_ACCEPT, chain_rate, tau_for_budget, with_small_budgets
 
     from sglang_ddtree.width_policy import TableAcceptModel
@@ -555,7 +557,11 @@ def test_small_auto_buckets_get_the_dflash_chain_assumption():
     assert t["assumed"]["budgets"] == [1, 3, 7, 15] and PAPER_ACCEPT["ddtree"].keys() == {
         "16", "32", "64", "128", "256", "512", "1024"}  # the paper's table itself unchanged
     taus = [tau_for_budget(t["ddtree"], b)[0] for b in (1, 3, 7, 15, 16, 31, 63)]
-    assert taus == sorted(taus) and taus[0] == pytest.approx(1 + a) and taus[3] == pytest.approx(7.79, abs=1e-3)
+    assert taus == sorted(taus) and taus[0] == pytest.approx(1 + a)
+    assert taus[3] == pytest.approx(1 + 15 / 16 * (8.61 - 1), abs=1e-4)  # 15: the nested tree's bound (8.13) beats the chain's
+    for b, tau in zip((1, 3, 7), taus):  # 1 / 3 / 7: the chain's bound beats b / 16 of the 16-node tree's drafts
+        assert tau == pytest.approx(sum(a ** i for i in range(b + 1)), abs=1e-4) and tau > 1 + b / 16 * (8.61 - 1)
+    assert "the larger of DFLASH's chain" in t["assumed"]["rule"] and "b / 16 of the 16-node tree" in t["assumed"]["rule"]
     assert all(tau <= b + 1 for tau, b in zip(taus, (1, 3, 7, 15)))  # a budget-b tree commits at most b + 1
     policy_table = TableAcceptModel({int(b): v for b, v in t["ddtree"].items()})
     for b in (1, 3, 7, 15, 31, 63):
