@@ -282,8 +282,9 @@ def memory_shortfall(shape: str, configs, max_total_tokens: int, total_gib, max_
     """Why ``configs``' engines of ``shape``, all alive together, cannot fit a GPU of ``total_gib`` (the sum of their
     ``engine_estimate_gib`` at ``max_batch_size`` running requests exceeds it), or None (they may fit, or either side
     is unknown). Said before any engine starts: session 32's first 8B-shape run on an 80 GB H100 spent 200 s
-    starting three engines of five before the fourth ran out of memory, and session 40's three at c 64 as long
-    before budget auto's did (weights and KV alone fitted)."""
+    starting three engines of five before the fourth ran out of memory, and in session 40 the third of three
+    engines at c 64 (budget auto) ran out of memory at its first prefill, ~200 s in, where weights and KV alone
+    fitted."""
     if total_gib is None:
         return None
     target, draft = shape_configs(shape)

@@ -97,12 +97,11 @@ class CostModel:
     - With ``follow_drift`` (on by default since session 40's paired runs; ``SGLANG_DDTREE_AUTO_COST_DRIFT=0`` turns
       it off in a server), a settled key's estimate follows the other buckets of its batch size: it moves by the
       median change of their estimates since its own latest observation (those measured after it). On a host-bound
-      engine (session 38,
-      the tiny pair on the H200) the buckets' calibrated differences were a few percent of a round while estimates
-      formed at different times differed by 10-40 %: a bucket measured in a slow stretch kept that price, and the
-      exploration, which only tries buckets predicted within 80 % of the best, rarely measured it again. Changes,
-      not levels, are compared, so a bucket's own steady difference from the others (session 24's mis-calibrated
-      31 at the 8B shape) is kept. A move smaller than ``drift_min`` of the key's estimate is not followed: the
+      engine (session 38, the tiny pair on the H200) the buckets' calibrated differences were a few percent of a
+      round while estimates formed at different times differed by 10-40 %: a bucket measured in a slow stretch kept
+      that price, and the exploration, which only tries buckets predicted within 80 % of the best, rarely measured
+      it again. Changes, not levels, are compared, so a bucket's own steady difference from the others (session
+      24's mis-calibrated 31 at the 8B shape) is kept. A move smaller than ``drift_min`` of the key's estimate is not followed: the
       measured bucket's estimate carries its own noise, and following every move hands that noise to its rivals
       (session 23's noisy batch-32 tie, simulated over 40 seeds: mean rate 0.9895 of the best bucket's when every
       move is followed, 0.9942 at 15 %, 0.9945 without following; worst seed 0.971 / 0.983 / 0.989)."""
