@@ -278,9 +278,10 @@ def engine_estimate_gib(target: dict, draft: dict, spec: str, max_total_tokens: 
 
 
 def memory_shortfall(shape: str, configs, max_total_tokens: int, total_gib, max_batch_size: int = 1,
-                     attention_backend: str = "fa3"):
+                     attention_backend: str = "triton"):
     """Why ``configs``' engines of ``shape``, all alive together, cannot fit a GPU of ``total_gib`` (the sum of their
-    ``engine_estimate_gib`` at ``max_batch_size`` running requests exceeds it), or None (they may fit, or either side
+    ``engine_estimate_gib`` at ``max_batch_size`` running requests, ``attention_backend`` where a config names none
+    (the CLI's default), exceeds it), or None (they may fit, or either side
     is unknown). Said before any engine starts: session 32's first 8B-shape run on an 80 GB H100 spent 200 s
     starting three engines of five before the fourth ran out of memory, and in session 40 the third of three
     engines at c 64 (budget auto) ran out of memory at its first prefill, ~200 s in, where weights and KV alone
