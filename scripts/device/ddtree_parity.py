@@ -37,6 +37,7 @@ from sglang_ddtree.validation import AUTO_TP_ENV, PAGED_VERIFIED_BACKENDS  # noq
 from sglang_ddtree.worker.draft_kv_graph import ENV as KV_GRAPH_ENV  # noqa: E402
 
 from sglang_ddtree.worker.flashinfer_plan import ENV as FI_PLAN_ENV  # noqa: E402
+from sglang_ddtree.worker.head_graph import ENV as HEAD_GRAPH_ENV  # noqa: E402
 from sglang_ddtree.worker.warmup import ENV as WARMUP_ENV  # noqa: E402
 
 KV_GRAPH, KV_EAGER = {KV_GRAPH_ENV: "1"}, {KV_GRAPH_ENV: "0"}
@@ -44,6 +45,7 @@ FI_PLAN, FI_UPSTREAM = {FI_PLAN_ENV: "1"}, {FI_PLAN_ENV: "0"}
 AUTO_TP = {AUTO_TP_ENV: "1"}  # budget auto at tp > 1 (experimental until tp2.sh has run it)
 WARMUP = {WARMUP_ENV: "1"}  # the round's kernels compiled at start-up (the default since session 29; stated)
 NO_WARMUP = {WARMUP_ENV: "0"}  # each compiled at its first round
+HEAD_GRAPH = {HEAD_GRAPH_ENV: "1"}  # a tree round's slots, build and topology as one CUDA-graph replay (head_graph)
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -120,6 +122,15 @@ CONFIGS = {
     "dd_fa3_b15_kvgraph": ddtree(15, 4, backend="fa3", _env=KV_GRAPH),
     "dd_fa3_b15_nooverlap_kvgraph": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, _env=KV_GRAPH),
     "dd_fa3_auto_cycle": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True)),
+    # the tree head as CUDA graphs (session 40, worker.head_graph; fa3 with the fused tree attention only): every
+    # tree bucket in turn with the compile watch (the heads compile at start-up), a fixed budget outside the buckets,
+    # without overlap, and without graphs (the switch then leaves the eager head: the control)
+    "dd_fa3_auto_cycle_headgraph_compiles": ddtree("auto", 8, backend="fa3", _env={**WARMUP, **HEAD_GRAPH},
+                                                   _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
+    "dd_fa3_b64_headgraph": ddtree(64, 8, backend="fa3", _env=HEAD_GRAPH),
+    "dd_fa3_b15_nooverlap_headgraph": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, _env=HEAD_GRAPH),
+    "dd_fa3_auto_cycle_headgraph_nograph": ddtree("auto", 8, backend="fa3", disable_cuda_graph=True, _env=HEAD_GRAPH,
+                                                  _test_hooks=dict(cycle_budgets=True)),
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
     # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
     # have block 8: the chain of 7 drafts

@@ -42,6 +42,12 @@
 #                                             # watch) and on triton (width 0 pinned, the cycle), LEAN_SAMPLING=1 adds
 #                                             # T > 0 on fa3 with the cycle, LEAN_HYBRID=1 the hybrid target's sharp
 #                                             # parity with auto (hybrid.sh auto's first group) (fa3 staged)
+#     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3):
+#                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
+#                                             # bucket cycle with the compile watch, b64, b15 without overlap, the cycle
+#                                             # without graphs as the control), then HEAD_PAIRED=1 adds a paired tiny-pair
+#                                             # A/B (auto and b63 with +headgraph against without, lengths spread,
+#                                             # bs 1 / 16 / 48) (fa3 staged)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
 #     bash scripts/device/issue13.sh shape    # bench_shape at the Qwen3-8B shape (dummy weights), paired + rotated:
@@ -125,6 +131,20 @@ case "${1:-}" in
       "parity_triton=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${LEAN_TRITON:-sharp:plain_triton,sharp:dd_triton_auto_w0,sharp:dd_triton_auto_cycle_compiles,sharp:dd_triton_b15} --deadline-s $(( LIM - 30 ))" \
       ${LEAN_SAMPLING:+"sampling=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"} \
       ${LEAN_HYBRID:+"hybrid_auto=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto]"}
+    ;;
+  head)
+    LIM=${CMD_TIMEOUT_S:-540}
+    if [ -z "${HEAD_PAIRED:-}" ]; then
+      CMD_TIMEOUT_S=$LIM exec bash $PAR \
+        "unit=$PYT test/worker/test_head_graph_gpu.py test/worker/test_warmup_gpu.py" \
+        "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_auto_cycle_headgraph_compiles,sharp:dd_fa3_b64_headgraph --deadline-s $(( LIM - 30 ))" \
+        "parity_fa3_more=$MODELS /tmp/m_fb && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fb --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15_nooverlap_headgraph,sharp:dd_fa3_auto_cycle_headgraph_nograph --deadline-s $(( LIM - 30 ))"
+    fi
+    PAIRED_SCHEDULE=${PAIRED_SCHEDULE:-continuous} PAIRED_LENGTH_SPREAD=${PAIRED_LENGTH_SPREAD:-0.5} \
+      PAIRED_NEW_TOKENS=${PAIRED_NEW_TOKENS:-128} PAIRED_PROMPTS=${PAIRED_PROMPTS:-128} PAIRED_BS=${PAIRED_BS:-1,16,48} \
+      PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
+      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3,ddtree:63:8+fa3,ddtree:63:8+fa3+headgraph,ddtree:auto:8+fa3+loginfo,ddtree:auto:8+fa3+headgraph+loginfo} \
+      PAIRED_BASES=${PAIRED_BASES:-ddtree:63:8+fa3,ddtree:auto:8+fa3+loginfo,plain+fa3} exec bash "$0" paired
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget
@@ -235,7 +255,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|paired|gc|profile|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac

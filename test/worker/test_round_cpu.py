@@ -52,7 +52,8 @@ class StandInTarget:
 class Harness:
     """Requests, their slots and KV, and the stand-ins the worker's round calls."""
 
-    def __init__(self, config, *, bs, seed, fa3_bits=False, script=None, forecast_every=0, temperature=0.0):
+    def __init__(self, config, *, bs, seed, fa3_bits=False, script=None, forecast_every=0, temperature=0.0,
+                 heads=None, mask_capacity=None):
         from sglang_ddtree.worker import worker as worker_mod
 
         self.config, self.bs, self.fa3_bits, self.temperature = config, bs, fa3_bits, temperature
@@ -72,7 +73,7 @@ class Harness:
 
         w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
         w.config, w.device, w._hybrid, w._chains = config, torch.device("cpu"), False, None
-        w._fa3_tree_bits, w._draft_kv_graphs, w._warned_host_sync = fa3_bits, None, False
+        w._fa3_tree_bits, w._draft_kv_graphs, w._warned_host_sync, w._heads = fa3_bits, None, False, None
         mr = SimpleNamespace(attn_backend=SimpleNamespace(topk=config.topk), max_running_requests=2,  # small: the chains grow on demand
                              req_to_token_pool=SimpleNamespace(req_to_token=self.req_to_token))
         w.model_runner, w._target_worker = mr, SimpleNamespace(model_runner=mr)
@@ -82,6 +83,8 @@ class Harness:
         w._append_target_hidden_to_draft_kv_by_loc = self._append
         w._auto = _ScriptedAuto(self) if config.adaptive else None
         w._widths = _Widths(config, mr) if config.adaptive else None
+        if heads is not None:  # SGLANG_DDTREE_HEAD_GRAPH=1: the head's static buffers, replayed eagerly on the CPU
+            w._heads = _counting_heads(self, w, heads, mask_capacity if mask_capacity is not None else bs * MAXLEN)
         self.worker = w
         self._round = None
 
@@ -235,6 +238,28 @@ class Harness:
         return self._round
 
 
+def _counting_heads(harness, w, batch_sizes, mask_capacity):
+    """``head_graph.TreeHeads`` as the worker builds it (``_init_heads``), over the harness's stand-ins, without
+    graphs (each head runs its calls eagerly over the same static buffers); every use is noted in the round."""
+    from sglang_ddtree.config import chain_shaped
+    from sglang_ddtree.worker import fa3_tree, head_graph
+    from sglang_ddtree.worker import worker as worker_mod
+
+    class CountingHeads(head_graph.TreeHeads):
+        def __call__(self, size, bs, *args):
+            harness._round["head"] = size
+            return super().__call__(size, bs, *args)
+
+    config = harness.config
+    return CountingHeads(
+        batch_sizes=batch_sizes, depth=config.max_depth, topk=config.topk, device="cpu",
+        budgets=[b for b in config.buckets if not chain_shaped(b) and not config.verifies_causally(b)],
+        req_to_token=harness.req_to_token, mask_capacity=mask_capacity,
+        slots=worker_mod.assign_extend_cache_locs_func,  # the fixture's stand-in
+        bits_for=lambda tree, budget: fa3_tree.round_bits_out(tree, w.model_runner.attn_backend),
+        backend_for=w._widths.active if w._widths is not None else None, capture=False)
+
+
 class _Widths:
     """``widths.VerifyWidths.active`` without the GPU: each bucket's backend, built at top-K 1 where the bucket
     verifies causally (as ``VerifyWidths`` builds it; ``test_chain_bucket`` checks that)."""
@@ -363,6 +388,81 @@ def test_a_fixed_budget_is_the_targets_greedy_sequence(cpu_round, budget, topk):
         assert r["moved"] and r["mask"]
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("bs,sizes", [(5, (2, 8)), (4, (1, 4, 16))])
+def test_head_graphs_give_the_targets_greedy_sequence(cpu_round, seed, bs, sizes):
+    """``SGLANG_DDTREE_HEAD_GRAPH=1`` (``head_graph``): every tree round takes its slots, tree, topology and bits from
+    the head's static buffers, padded to the next size (5 -> 8: rows 5..7 read prefix 0 and request slot 0) or not
+    (4 -> 4); width 0 and the chain keep their constant structure."""
+    config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=True)
+    h = cpu_round(config, bs=bs, seed=seed, fa3_bits=True, script=_cycle(config.buckets, 24, seed), forecast_every=3,
+                  heads=sizes)
+    want = next(s for s in sizes if s >= bs)
+    for _ in range(24):
+        budget = h.script[0]
+        r = h.run_round()
+        shaped = budget == 0 or is_chain(budget)
+        assert r.get("head") == (None if shaped else want), r
+        assert r["moved"] is (not shaped) and r["bits"] is (not shaped), r
+    assert all(len(e) >= 24 for e in h.emitted)
+    assert not bool(h.worker._heads.prefix[bs:].any()) and not bool(h.worker._heads.req_pool_indices[bs:].any())
+
+
+def test_head_graphs_step_aside_where_they_do_not_cover_the_round(cpu_round):
+    """A batch above the largest head, or a host bound of the prefix lengths' sum above the FULL_MASK buffer's
+    capacity (requests sharing a long cached prefix), takes the eager head; the tokens are the same."""
+    config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=True)
+    script = [15, 7, 1, 3, 15, 7]
+    for heads, capacity in (((1, 2), None), ((4, 8), 10)):
+        h = cpu_round(config, bs=4, seed=5, fa3_bits=True, script=list(script), heads=heads, mask_capacity=capacity)
+        for _ in script:
+            assert "head" not in h.run_round()
+    h = cpu_round(config, bs=4, seed=5, fa3_bits=True, script=list(script), heads=(4, 8), mask_capacity=4 * 64)
+    assert [h.run_round().get("head") for _ in script] == [4] * len(script)
+
+
+def test_a_head_writes_what_the_eager_calls_write():
+    """One head against the eager calls it captures, on the same inputs (CPU, no graph): slots, every tree field,
+    positions, links, the FULL_MASK's head and the ancestor bits; a smaller batch after a larger one reads zeroed
+    prefix lengths and request slots in its padded rows."""
+    from sglang_ddtree.tree import build_tree
+    from sglang_ddtree.worker import head_graph
+    from sglang_ddtree.worker.tree_api import verify_topology
+
+    def slots(req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num, device):
+        cols = start_offset.view(-1, 1) + torch.arange(draft_token_num)
+        return req_to_token[req_pool_indices.view(-1, 1), cols].reshape(-1).to(torch.int64)
+
+    g = torch.Generator().manual_seed(0)
+    req_to_token = torch.randint(1, 1000, (8, 128), generator=g, dtype=torch.int32)
+    heads = head_graph.TreeHeads(batch_sizes=(2, 8), budgets=(7, 15), depth=6, topk=3, device="cpu",
+                                 req_to_token=req_to_token, mask_capacity=8 * 100, slots=slots,
+                                 bits_for=lambda tree, budget: torch.zeros(tree.batch_size * tree.num_rows, 1,
+                                                                           dtype=torch.int32), capture=False)
+    for bs, budget in ((7, 15), (2, 7), (5, 7)):
+        n = budget + 1
+        lp = torch.randn(bs, 6, 3, generator=g).log_softmax(-1).sort(-1, descending=True).values
+        ids = torch.randint(50, (bs, 6, 3), generator=g)
+        bonus, prefix = torch.randint(50, (bs,), generator=g), torch.randint(1, 90, (bs,), generator=g)
+        rpi = torch.randperm(8, generator=g)[:bs]
+        size = heads.padded(bs, budget, int(prefix.sum()))
+        assert size == (2 if bs <= 2 else 8)
+        got = heads(size, bs, budget, lp, ids, bonus, prefix, rpi)
+        assert not bool(heads.prefix[bs:].any()) and not bool(heads.req_pool_indices[bs:].any())
+        tree = build_tree(lp, ids, budget, bonus)
+        bits = torch.zeros(bs * n, 1, dtype=torch.int32)
+        mask, positions, r_index, r_next, r_sibling = verify_topology(tree, prefix, int(prefix.sum()), bits_out=bits)
+        assert torch.equal(got.verify_loc, slots(rpi, req_to_token, prefix, prefix + n, bs, n, "cpu"))
+        for field in ("token_ids", "parents", "depths", "scores", "valid", "num_nodes"):
+            assert torch.equal(getattr(got.tree, field), getattr(tree, field)), field
+        assert got.tree.max_depth == tree.max_depth
+        assert torch.equal(got.mask[:mask.numel()], mask)
+        for a, b in ((got.positions, positions), (got.retrieve_index, r_index), (got.retrieve_next_token, r_next),
+                     (got.retrieve_next_sibling, r_sibling), (got.tree_bits, bits)):
+            assert torch.equal(a, b)
+    assert heads.padded(9, 7, 0) is None and heads.padded(2, 3, 0) is None and heads.padded(2, 7, 8 * 100 + 1) is None
+
+
 def _no_renorm_kernels():
     """``sampling`` imports sgl_kernel's renorm kernels by name (CPU: no sgl_kernel); no request here filters by
     top-p / top-k, so calling one fails."""
@@ -402,10 +502,11 @@ def test_the_chain_inputs_grow_past_the_first_batch(cpu_round):
     assert h.worker._chains.capacity >= 7
 
 
+@pytest.mark.parametrize("heads", [False, True])
 @pytest.mark.parametrize("triton_paths", [False, True])
 @pytest.mark.parametrize("chain", [True, False])
 @pytest.mark.parametrize("greedy", [True, False])
-def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, triton_paths):
+def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, triton_paths, heads):
     """No host sync: the round runs with every device tensor on the ``meta`` device, which holds no values, so any
     read of one on the host (``.item()``, ``.tolist()``, ``int()``, a data-dependent shape, a copy to the CPU)
     raises. Host-side inputs stay on the CPU as they are in serving (``seq_lens_cpu``). Every bucket, the forecast
@@ -430,7 +531,7 @@ def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, 
     bs, vocab = 3, 40
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config, w.device, w._hybrid, w._chains = config, meta, False, None
-    w._fa3_tree_bits, w._draft_kv_graphs, w._warned_host_sync = chain, None, False
+    w._fa3_tree_bits, w._draft_kv_graphs, w._warned_host_sync, w._heads = chain, None, False, None
     mr = SimpleNamespace(attn_backend=SimpleNamespace(topk=config.topk), max_running_requests=2,
                          req_to_token_pool=SimpleNamespace(req_to_token=torch.empty(bs, 64, dtype=torch.int32,
                                                                                     device=meta)))
@@ -481,6 +582,22 @@ def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, 
             finished.append(slot.budget)
 
     w._auto, w._widths = Auto(), _Widths(config, mr)
+    if heads:  # SGLANG_DDTREE_HEAD_GRAPH=1 on fa3 (bits): the heads' static buffers, run eagerly (no graph)
+        if not chain:
+            pytest.skip("the head graphs apply where fa3's fused tree attention reads bits (here: chain=True)")
+        from sglang_ddtree.config import chain_shaped
+        from sglang_ddtree.worker import fa3_tree, head_graph
+
+        w._heads = head_graph.TreeHeads(
+            batch_sizes=(2, 4), depth=config.max_depth, topk=config.topk, device=meta,
+            budgets=[b for b in config.buckets if not chain_shaped(b) and not config.verifies_causally(b)],
+            req_to_token=mr.req_to_token_pool.req_to_token, mask_capacity=100,
+            slots=worker_mod.assign_extend_cache_locs_func,
+            bits_for=lambda tree, b: fa3_tree.round_bits_out(tree, mr.attn_backend), backend_for=w._widths.active,
+            capture=False)
+        real_call, head_rounds = head_graph.TreeHeads.__call__, []
+        monkeypatch.setattr(head_graph.TreeHeads, "__call__",
+                            lambda self, size, bs, b, *a: head_rounds.append(b) or real_call(self, size, bs, b, *a))
     for budget in config.buckets:
         seq = torch.empty(bs, dtype=torch.int64, device=meta)
         batch = SimpleNamespace(
@@ -494,6 +611,8 @@ def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, 
         assert result.next_token_ids.device == result.accept_lens.device == meta
     assert finished == list(config.buckets) and len(appended) == len(config.buckets)
     assert len(moved) == sum(1 for b in config.buckets if b != 0 and not is_chain(b))
+    if heads:  # every tree round took the head
+        assert head_rounds == [b for b in config.buckets if b != 0 and not is_chain(b)]
     if triton_paths:  # the CUDA paths ran: builds, topologies, commits, moves (and fa3's bits) were launched
         topologies = [x for x in launched if x.startswith("ddtree_topology_kernel")]
         for name in ("ddtree_build_kernel", "ddtree_accept_commit_kernel", "move_kv_rows_kernel"):

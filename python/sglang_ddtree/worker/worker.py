@@ -41,7 +41,7 @@ from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig, chain_shaped, resolved_args
 from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
-from sglang_ddtree.worker import draft_kv_graph, fa3_tree, hybrid, sampling, warmup
+from sglang_ddtree.worker import draft_kv_graph, fa3_tree, head_graph, hybrid, sampling, warmup
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit, root_commit, root_slots
 from sglang_ddtree.worker.chain_inputs import ChainInputs
@@ -84,6 +84,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._auto = None
         self._draft_kv_graphs = None  # draft_kv_graph.DraftKVAppendGraphs (init_cuda_graphs), else the eager append
         self._chains = None  # ChainInputs of width 0 and the chain bucket (made at the first chain-shaped round)
+        self._heads = None  # head_graph.TreeHeads (init_cuda_graphs, SGLANG_DDTREE_HEAD_GRAPH=1), else the eager head
         if get_tp_group().rank_in_group == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -140,6 +141,43 @@ class DDTreeWorker(DFlashWorkerV2):
             self._init_auto()
         if warmup.enabled():
             self._warm_round_kernels()
+        if head_graph.enabled():
+            self._heads = self._init_heads()
+
+    def _init_heads(self):
+        """The tree head's graphs (``head_graph``) where they apply: fa3 with the fused tree attention, the target's
+        verify graphs captured, tp 1, no hybrid target; None (the eager head, said once) elsewhere."""
+        from sglang_ddtree.worker import widths
+
+        mr = self.target_worker.model_runner
+        rank0 = get_tp_group().rank_in_group == 0
+        if self._fa3_tree_bits is None:
+            self._fa3_tree_bits = self._decide_fa3_tree_bits()
+        batch_sizes = sorted(widths.captured_graphs(mr.decode_cuda_graph_runner))
+        why = ("the target verifies without DDTREE's fused tree attention on fa3" if not self._fa3_tree_bits else
+               "no verify CUDA graphs" if not batch_sizes else "tp > 1" if get_tp_group().world_size > 1 else
+               "a hybrid target" if self._hybrid else None)
+        budgets = [b for b in self.config.buckets if not chain_shaped(b) and not self.config.verifies_causally(b)]
+        if why is None and not budgets:
+            why = "no tree bucket"
+        if why is not None:
+            if rank0:
+                logger.warning("DDTREE: %s=1 but the tree head runs eagerly: %s.", head_graph.ENV, why)
+            return None
+        tic = time.perf_counter()
+
+        def bits_for(tree, budget):
+            return fa3_tree.round_bits_out(tree, self.target_worker.model_runner.attn_backend)
+
+        heads = head_graph.TreeHeads(
+            batch_sizes=batch_sizes, budgets=budgets, depth=self.config.max_depth, topk=self.config.topk,
+            device=self.device, req_to_token=mr.req_to_token_pool.req_to_token,
+            mask_capacity=int(mr.max_total_num_tokens), slots=assign_extend_cache_locs_func, bits_for=bits_for,
+            backend_for=self._widths.active if self._widths is not None else None)
+        if rank0:
+            logger.info("DDTREE tree head graphs (%s=1): %s, captured in %.1f s.", head_graph.ENV, heads.describe(),
+                        time.perf_counter() - tic)
+        return heads
 
     def _init_draft_kv_graphs(self):
         """The draft-KV append as one graph replay per round (``draft_kv_graph``) where the draft forward has
@@ -246,11 +284,16 @@ class DDTreeWorker(DFlashWorkerV2):
         # move no KV. A causal one (fa3: its backend is built at top-K 1) needs no mask and no links.
         shaped = chain_shaped(budget)
         causal = cfg.verifies_causally(budget)
+        # SGLANG_DDTREE_HEAD_GRAPH=1: a tree round's slots, build and topology as one replay after the draft
+        # (head_graph); the batch size it replays at, or None for the eager head
+        head_size = None if self._heads is None or shaped else self._heads.padded(bs, budget, host.mask_sum_bound)
         # What depends on the prefix alone comes before the draft's launch: the host's work between the draft's launch
         # and the verify's is time the GPU waits once the draft is done (the idle gap of session 27's profiles).
         # VERIFY slots: verify_loc [bs*N] int64, req_to_token[b, prefix .. prefix + N) (width 0: one gather)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
-        if n == 1:
+        if head_size is not None:
+            verify_loc = None  # the head's
+        elif n == 1:
             verify_loc = root_slots(req_to_token, batch.req_pool_indices, prefix)
         else:
             verify_loc = assign_extend_cache_locs_func(
@@ -267,9 +310,14 @@ class DDTreeWorker(DFlashWorkerV2):
         if budget:
             # DRAFT: [bs, L-1, K] float32 log-probs and int64 token ids of block positions 1..L-1.
             log_probs, token_ids = self._draft(batch, draft_input, bs, host)
+        head = None
         if shaped:
             tree = chains.tree_of(draft_input.bonus_tokens, token_ids if budget else None, budget)
             tokens = tree.token_ids  # [bs, N] int64, row d at depth d
+        elif head_size is not None:  # the same three calls, replayed (their bits into this width's static buffer)
+            head = self._heads(head_size, bs, budget, log_probs, token_ids, draft_input.bonus_tokens, prefix,
+                               batch.req_pool_indices)
+            tree, tokens, verify_loc = head.tree, head.tree.token_ids, head.verify_loc
         else:
             # BUILD: Tree of [bs, N] rows (row 0 the root, the bonus tokens written by the build).
             tree = build_tree(log_probs, token_ids, budget, draft_input.bonus_tokens)
@@ -284,6 +332,10 @@ class DDTreeWorker(DFlashWorkerV2):
             bits = self._fa3_tree_bits and not causal
             if shaped:
                 tree_bits = fa3_tree.round_tree_bits(tree, cfg, backend) if bits else None
+            elif head is not None:
+                mask, positions, r_index, r_next, r_sibling = (head.mask, head.positions, head.retrieve_index,
+                                                               head.retrieve_next_token, head.retrieve_next_sibling)
+                tree_bits = fa3_tree.share_tree_bits(head.tree_bits, backend)
             else:
                 # The FULL_MASK is sized by a host bound of sum(prefix); backends index it by the device lengths
                 # (and pad with True up to their own host bound). mask [N * (bound + bs * N)] bool, positions
