@@ -165,6 +165,7 @@ class DDTreeWorker(DFlashWorkerV2):
                 logger.warning("DDTREE: %s=1 but the tree head runs eagerly: %s.", head_graph.ENV, why)
             return None
         tic = time.perf_counter()
+        free0 = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
 
         def bits_for(tree, budget):
             return fa3_tree.round_bits_out(tree, self.target_worker.model_runner.attn_backend)
@@ -175,8 +176,9 @@ class DDTreeWorker(DFlashWorkerV2):
             mask_capacity=int(mr.max_total_num_tokens), slots=assign_extend_cache_locs_func, bits_for=bits_for,
             backend_for=self._widths.active if self._widths is not None else None)
         if rank0:
-            logger.info("DDTREE tree head graphs (%s=1): %s, captured in %.1f s.", head_graph.ENV, heads.describe(),
-                        time.perf_counter() - tic)
+            used = "" if free0 is None else f", {(free0 - torch.cuda.mem_get_info()[0]) / 2 ** 30:.3f} GB"
+            logger.info("DDTREE tree head graphs (%s=1): %s, captured in %.1f s%s.", head_graph.ENV, heads.describe(),
+                        time.perf_counter() - tic, used)
         return heads
 
     def _init_draft_kv_graphs(self):
