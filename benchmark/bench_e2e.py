@@ -169,8 +169,8 @@ ENV_MODIFIERS = {
     "gclog": {"SGLANG_LOG_GC": "1"},  # with _MODIFIERS["gclog"]
     "kveager": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "0"},  # DDTREE: upstream's eager draft-KV append
     "kvgraph": {"SGLANG_DDTREE_DRAFT_KV_GRAPH": "1"},  # DDTREE: the draft-KV append from CUDA graphs (the default)
-    "headgraph": {"SGLANG_DDTREE_HEAD_GRAPH": "1"},  # DDTREE on fa3: a tree round's head from CUDA graphs (head_graph)
-    "headeager": {"SGLANG_DDTREE_HEAD_GRAPH": "0"},  # DDTREE: the eager tree head (the default)
+    "headgraph": {"SGLANG_DDTREE_HEAD_GRAPH": "1"},  # DDTREE on fa3: a tree round's head from CUDA graphs (the default)
+    "headeager": {"SGLANG_DDTREE_HEAD_GRAPH": "0"},  # DDTREE: the eager tree head (head_graph off)
     "fiplan": {"SGLANG_DDTREE_FLASHINFER_PLAN": "1"},  # flashinfer: DDTREE's host-sync-free plan (flashinfer_plan)
     "fiupstream": {"SGLANG_DDTREE_FLASHINFER_PLAN": "0"},  # flashinfer: upstream's plan() (default: ours on 0.6.14)
     "pagedx": {"SGLANG_DDTREE_EXPERIMENTAL_PAGED": "1"},  # DDTREE: --page-size > 1 beyond the GPU-verified configs

@@ -45,7 +45,9 @@ FI_PLAN, FI_UPSTREAM = {FI_PLAN_ENV: "1"}, {FI_PLAN_ENV: "0"}
 AUTO_TP = {AUTO_TP_ENV: "1"}  # budget auto at tp > 1 (experimental until tp2.sh has run it)
 WARMUP = {WARMUP_ENV: "1"}  # the round's kernels compiled at start-up (the default since session 29; stated)
 NO_WARMUP = {WARMUP_ENV: "0"}  # each compiled at its first round
-HEAD_GRAPH = {HEAD_GRAPH_ENV: "1"}  # a tree round's slots, build and topology as one CUDA-graph replay (head_graph)
+HEAD_GRAPH = {HEAD_GRAPH_ENV: "1"}  # a tree round's slots, build and topology as one CUDA-graph replay (head_graph;
+#                                     the default since session 41, stated)
+HEAD_EAGER = {HEAD_GRAPH_ENV: "0"}  # the eager tree head
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -124,13 +126,15 @@ CONFIGS = {
     "dd_fa3_auto_cycle": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True)),
     # the tree head as CUDA graphs (session 40, worker.head_graph; fa3 with the fused tree attention only): every
     # tree bucket in turn with the compile watch (the heads compile at start-up), a fixed budget outside the buckets,
-    # without overlap, and without graphs (the switch then leaves the eager head: the control)
+    # without overlap, and without graphs (the switch then leaves the eager head: the control); on by default since
+    # session 41, so the eager head on fa3 has a config of its own
     "dd_fa3_auto_cycle_headgraph_compiles": ddtree("auto", 8, backend="fa3", _env={**WARMUP, **HEAD_GRAPH},
                                                    _test_hooks=dict(cycle_budgets=True, compile_watch=True)),
     "dd_fa3_b64_headgraph": ddtree(64, 8, backend="fa3", _env=HEAD_GRAPH),
     "dd_fa3_b15_nooverlap_headgraph": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, _env=HEAD_GRAPH),
     "dd_fa3_auto_cycle_headgraph_nograph": ddtree("auto", 8, backend="fa3", disable_cuda_graph=True, _env=HEAD_GRAPH,
                                                   _test_hooks=dict(cycle_budgets=True)),
+    "dd_fa3_b64_headeager": ddtree(64, 8, backend="fa3", _env=HEAD_EAGER),
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
     # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
     # have block 8: the chain of 7 drafts

@@ -42,12 +42,13 @@
 #                                             # watch) and on triton (width 0 pinned, the cycle), LEAN_SAMPLING=1 adds
 #                                             # T > 0 on fa3 with the cycle, LEAN_HYBRID=1 the hybrid target's sharp
 #                                             # parity with auto (hybrid.sh auto's first group) (fa3 staged)
-#     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3):
+#     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3;
+#                                             # on by default since session 41, +headeager turns it off):
 #                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
 #                                             # bucket cycle with the compile watch, b64, b15 without overlap, the cycle
 #                                             # without graphs as the control; HEAD_SAMPLING=1 adds T > 0 on fa3 with
 #                                             # auto's cycle, heads off and on), then HEAD_PAIRED=1 adds a paired tiny-pair
-#                                             # A/B (auto and b63 with +headgraph against without, lengths spread,
+#                                             # A/B (auto and b63 with the heads against +headeager, lengths spread,
 #                                             # bs 1 / 16 / 48) (fa3 staged)
 #     bash scripts/device/issue13.sh gc       # the scheduler's garbage collections per engine (+gclog), auto vs
 #                                             # budget 63 vs plain on the tiny pair, paired (fa3 staged)
@@ -139,15 +140,15 @@ case "${1:-}" in
       CMD_TIMEOUT_S=$LIM exec bash $PAR \
         "unit=$PYT test/worker/test_head_graph_gpu.py test/worker/test_warmup_gpu.py" \
         "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_auto_cycle_headgraph_compiles,sharp:dd_fa3_b64_headgraph --deadline-s $(( LIM - 30 ))" \
-        "parity_fa3_more=$MODELS /tmp/m_fb && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fb --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15_nooverlap_headgraph,sharp:dd_fa3_auto_cycle_headgraph_nograph --deadline-s $(( LIM - 30 ))" \
-        ${HEAD_SAMPLING:+"sampling=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"} \
+        "parity_fa3_more=$MODELS /tmp/m_fb && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fb --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b15_nooverlap_headgraph,sharp:dd_fa3_auto_cycle_headgraph_nograph,sharp:dd_fa3_b64_headeager --deadline-s $(( LIM - 30 ))" \
+        ${HEAD_SAMPLING:+"sampling=SGLANG_DDTREE_HEAD_GRAPH=0 DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"} \
         ${HEAD_SAMPLING:+"sampling_head=SGLANG_DDTREE_HEAD_GRAPH=1 DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"}
     fi
     PAIRED_SCHEDULE=${PAIRED_SCHEDULE:-continuous} PAIRED_LENGTH_SPREAD=${PAIRED_LENGTH_SPREAD:-0.5} \
       PAIRED_NEW_TOKENS=${PAIRED_NEW_TOKENS:-128} PAIRED_PROMPTS=${PAIRED_PROMPTS:-128} PAIRED_BS=${PAIRED_BS:-1,16,48} \
       PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
-      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3,ddtree:63:8+fa3,ddtree:63:8+fa3+headgraph,ddtree:auto:8+fa3+loginfo,ddtree:auto:8+fa3+headgraph+loginfo} \
-      PAIRED_BASES=${PAIRED_BASES:-ddtree:63:8+fa3,ddtree:auto:8+fa3+loginfo,plain+fa3} exec bash "$0" paired
+      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3,ddtree:63:8+fa3+headeager,ddtree:63:8+fa3,ddtree:auto:8+fa3+headeager+loginfo,ddtree:auto:8+fa3+loginfo} \
+      PAIRED_BASES=${PAIRED_BASES:-ddtree:63:8+fa3+headeager,ddtree:auto:8+fa3+headeager+loginfo,plain+fa3} exec bash "$0" paired
     ;;
   paired|gc)
     # paired: the tiny pair's paired run. gc: how much of a round the scheduler's garbage collector takes, budget

@@ -155,19 +155,23 @@ def test_the_draft_cuda_graphs_are_captured_in_the_drafters_widths(monkeypatch):
     monkeypatch.setattr(DFlashWorkerV2, "init_cuda_graphs", lambda self: seen.append(("draft graphs",)))
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_draft_kv_graphs", lambda self: seen.append(("kv graphs",)))
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_warm_round_kernels", lambda self: seen.append(("warm-up",)))
+    monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_heads", lambda self: seen.append(("heads",)))
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config = DDTreeConfig(budget=64, topk=8, block_size=16)
-    monkeypatch.setenv("SGLANG_DDTREE_WARMUP", "1")  # the start-up warm-up of the round's kernels, last
+    monkeypatch.setenv("SGLANG_DDTREE_WARMUP", "1")  # the start-up warm-up of the round's kernels, then the heads
+    monkeypatch.delenv("SGLANG_DDTREE_HEAD_GRAPH", raising=False)  # on by default (session 41)
     w.init_cuda_graphs()
-    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",), ("warm-up",)]
+    drafts = [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",)]
+    assert seen == drafts + [("warm-up",), ("heads",)]
     seen.clear()
     monkeypatch.delenv("SGLANG_DDTREE_WARMUP")  # on by default
     w.init_cuda_graphs()
-    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",), ("warm-up",)]
+    assert seen == drafts + [("warm-up",), ("heads",)]
     seen.clear()
     monkeypatch.setenv("SGLANG_DDTREE_WARMUP", "0")
+    monkeypatch.setenv("SGLANG_DDTREE_HEAD_GRAPH", "0")
     w.init_cuda_graphs()
-    assert seen == [("enter", w.config), ("draft graphs",), ("exit", w.config), ("kv graphs",)]
+    assert seen == drafts
 
 
 @pytest.mark.parametrize("phase", ["alloc_memory_pool", "init_attention_backends", "init_cuda_graphs"])
@@ -195,6 +199,7 @@ def test_the_scheduler_sets_the_draft_runner_up_in_the_drafters_widths(monkeypat
     monkeypatch.setattr(DFlashWorkerV2, phase, lambda self, *args, **kwargs: seen.append((phase, args, widths())))
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_draft_kv_graphs", lambda self: None)
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_warm_round_kernels", lambda self: None)
+    monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_heads", lambda self: None)
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config = DDTreeConfig(budget=15, topk=4, block_size=8)
     with target:

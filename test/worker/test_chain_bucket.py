@@ -354,6 +354,7 @@ def test_the_worker_decides_the_chain_before_auto_and_the_warm_up_read_the_bucke
     monkeypatch.setattr(fa3_tree, "target_uses_fa3", lambda mr: mr == "mr")
     monkeypatch.delenv(widths.CHAIN_ENV, raising=False)
     monkeypatch.setenv("SGLANG_DDTREE_WARMUP", "1")
+    monkeypatch.setenv("SGLANG_DDTREE_HEAD_GRAPH", "0")  # the heads come after both (test_head_graph.py)
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config, w._hybrid = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), False
     w.init_cuda_graphs()

@@ -1,6 +1,7 @@
-"""The tree head as CUDA graphs (``worker.head_graph``, ``SGLANG_DDTREE_HEAD_GRAPH=1``): the switch, where the worker
-builds the heads and where it says why it does not. The heads' rounds themselves: ``test_round_cpu.py`` (the round
-with the heads' static buffers, run eagerly), ``test_head_graph_gpu.py`` (captured against eager, on a GPU)."""
+"""The tree head as CUDA graphs (``worker.head_graph``, on unless ``SGLANG_DDTREE_HEAD_GRAPH=0``): the switch, where
+the worker builds the heads and where it says why it does not. The heads' rounds themselves: ``test_round_cpu.py``
+(the round with the heads' static buffers, run eagerly), ``test_head_graph_gpu.py`` (captured against eager, on a
+GPU)."""
 
 import logging
 from types import SimpleNamespace
@@ -14,9 +15,12 @@ from sglang_ddtree.config import ChainBucket, DDTreeConfig
 def test_the_switch(monkeypatch):
     from sglang_ddtree.worker import head_graph
 
-    for value, want in (("", False), ("0", False), ("1", True)):
+    # on by default since session 41; only an explicit 1 is a request (a config without heads then warns)
+    for value, want, asked in (("", True, False), (" ", True, False), ("0", False, False), ("1", True, True)):
         monkeypatch.setenv(head_graph.ENV, value)
-        assert head_graph.enabled() is want
+        assert head_graph.enabled() is want and head_graph.requested() is asked
+    monkeypatch.delenv(head_graph.ENV)
+    assert head_graph.enabled() and not head_graph.requested()
     monkeypatch.setenv(head_graph.ENV, "on")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_HEAD_GRAPH='on': use 1 .* or 0"):
         head_graph.enabled()
@@ -62,7 +66,7 @@ def test_the_worker_builds_heads_for_the_tree_buckets(monkeypatch, caplog):
     assert kw["budgets"] == [1, 3, 7, 15, 31, 63] and ChainBucket(15) in config.buckets
     assert kw["batch_sizes"] == [1, 2, 4] and kw["mask_capacity"] == 4096 and kw["depth"] == 15 and kw["topk"] == 8
     assert kw["slots"] is worker_mod.assign_extend_cache_locs_func and kw["backend_for"] is w._widths.active
-    assert "DDTREE tree head graphs (SGLANG_DDTREE_HEAD_GRAPH=1): described" in caplog.text
+    assert "DDTREE tree head graphs (SGLANG_DDTREE_HEAD_GRAPH=0 turns them off): described" in caplog.text
     w, built = _worker(monkeypatch, DDTreeConfig(budget=64, topk=8, block_size=16), auto=False)  # a fixed budget
     assert w._init_heads() is not None and built[0]["budgets"] == [64] and built[0]["backend_for"] is None
 
@@ -74,16 +78,27 @@ def test_the_worker_builds_heads_for_the_tree_buckets(monkeypatch, caplog):
     ("a hybrid target", dict(hybrid=True)),
 ])
 def test_the_worker_says_why_the_head_stays_eager(monkeypatch, caplog, why, kw):
+    from sglang_ddtree.worker import head_graph
     from sglang_ddtree.worker import worker as worker_mod
 
+    # asked for with SGLANG_DDTREE_HEAD_GRAPH=1: a warning
+    monkeypatch.setenv(head_graph.ENV, "1")
     w, built = _worker(monkeypatch, DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True), **kw)
     with caplog.at_level(logging.WARNING, logger=worker_mod.logger.name):
         assert w._init_heads() is None
     assert not built
     assert f"DDTREE: SGLANG_DDTREE_HEAD_GRAPH=1 but the tree head runs eagerly: {why}." in caplog.text
+    # the default: one INFO line, no warning (triton, hybrid and tp 2 servers are not misconfigured)
+    caplog.clear()
+    monkeypatch.delenv(head_graph.ENV)
+    with caplog.at_level(logging.INFO, logger=worker_mod.logger.name):
+        assert w._init_heads() is None
+    assert not built
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert f"DDTREE: the tree head runs eagerly (no head graphs): {why}." in caplog.text
 
 
-def test_init_cuda_graphs_builds_heads_only_when_switched_on(monkeypatch):
+def test_init_cuda_graphs_builds_heads_unless_switched_off(monkeypatch):
     from sglang_ddtree.worker import head_graph, warmup
     from sglang_ddtree.worker import worker as worker_mod
 
@@ -95,10 +110,10 @@ def test_init_cuda_graphs_builds_heads_only_when_switched_on(monkeypatch):
     monkeypatch.setattr(worker_mod.DDTreeWorker, "_init_heads", lambda self: calls.append(1) or "heads")
     w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
     w.config, w._heads = DDTreeConfig(budget=15, topk=4, block_size=8), None
-    monkeypatch.delenv(head_graph.ENV, raising=False)
+    monkeypatch.setenv(head_graph.ENV, "0")
     w.init_cuda_graphs()
     assert calls == [] and w._heads is None
-    monkeypatch.setenv(head_graph.ENV, "1")
+    monkeypatch.delenv(head_graph.ENV, raising=False)  # the default
     w.init_cuda_graphs()
     assert calls == [1] and w._heads == "heads"
 

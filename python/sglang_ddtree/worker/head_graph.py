@@ -1,4 +1,5 @@
-"""A drafting round's tree head as one CUDA-graph replay (BUILD step of the round, fa3 only; OFF by default).
+"""A drafting round's tree head as one CUDA-graph replay (BUILD step of the round, fa3 only; on by default since
+session 41).
 
 Between the draft and the verify a tree round runs, eagerly: the verify slots (upstream's
 ``assign_extend_cache_locs``), the tree build (``build_tree``) and the verify topology with fa3's ancestor bits
@@ -24,10 +25,12 @@ head graph shares one memory pool (they never run concurrently; each keeps its o
 and bit buffers are shared as the verify graphs share theirs: a round's readers are launched before the next
 round's replay, on the same stream.
 
-Switch: ``SGLANG_DDTREE_HEAD_GRAPH`` = 1 (this path, where it applies: fa3 with DDTREE's fused tree attention, CUDA
-graphs for the target's verify, tp 1, no hybrid target) | 0 / unset (the eager head). Not yet run on a GPU
-(session 40, CPU-tested: ``test_round_cpu.py``'s head-graph rounds replay the heads eagerly from the same static
-buffers and must give the target's greedy sequence).
+Switch: ``SGLANG_DDTREE_HEAD_GRAPH`` = 1 / unset (this path, where it applies: fa3 with DDTREE's fused tree
+attention, CUDA graphs for the target's verify, tp 1, no hybrid target; elsewhere the eager head, said once at start)
+| 0 (the eager head). On by default since session 41 (H100): sharp greedy parity on fa3 was exact with it (auto's
+bucket cycle with the compile watch, b64, b15 without overlap, no graphs), T > 0 passed, the GPU test found the
+replays equal to the eager calls, and in paired tiny-pair runs budget 63 ran 1.05-1.16x faster with it (auto
+0.98-1.03x) for 0.02 GB and 0.1 s of capture (``benchmark/results/session41/notes.md``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
+import os
 import time
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
@@ -50,8 +54,13 @@ ENV = "SGLANG_DDTREE_HEAD_GRAPH"
 
 
 def enabled() -> bool:
-    """Whether drafting tree rounds replay captured heads (``ENV=1``; default off until a GPU run measures it)."""
-    return env_switch(ENV, on="the tree head replayed from CUDA graphs", off="the eager head", default=False)
+    """Whether drafting tree rounds replay captured heads where they apply (``ENV`` = 1 or unset; 0 turns it off)."""
+    return env_switch(ENV, on="the tree head replayed from CUDA graphs", off="the eager head", default=True)
+
+
+def requested() -> bool:
+    """Whether ``ENV=1`` asks for the heads explicitly (a config that cannot have them then warns, not informs)."""
+    return enabled() and os.environ.get(ENV, "").strip() == "1"
 
 
 class Head(NamedTuple):

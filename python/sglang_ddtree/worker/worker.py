@@ -84,7 +84,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._auto = None
         self._draft_kv_graphs = None  # draft_kv_graph.DraftKVAppendGraphs (init_cuda_graphs), else the eager append
         self._chains = None  # ChainInputs of width 0 and the chain bucket (made at the first chain-shaped round)
-        self._heads = None  # head_graph.TreeHeads (init_cuda_graphs, SGLANG_DDTREE_HEAD_GRAPH=1), else the eager head
+        self._heads = None  # head_graph.TreeHeads (init_cuda_graphs, where they apply), else the eager head
         if get_tp_group().rank_in_group == 0:
             logger.info(
                 "DDTREE worker: budget=%d topk=%d block=%d verify=%d tokens/request, max depth %d, "
@@ -161,8 +161,10 @@ class DDTreeWorker(DFlashWorkerV2):
         if why is None and not budgets:
             why = "no tree bucket"
         if why is not None:
-            if rank0:
+            if rank0 and head_graph.requested():
                 logger.warning("DDTREE: %s=1 but the tree head runs eagerly: %s.", head_graph.ENV, why)
+            elif rank0:
+                logger.info("DDTREE: the tree head runs eagerly (no head graphs): %s.", why)
             return None
         tic = time.perf_counter()
         free0 = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
@@ -177,8 +179,8 @@ class DDTreeWorker(DFlashWorkerV2):
             backend_for=self._widths.active if self._widths is not None else None)
         if rank0:
             used = "" if free0 is None else f", {(free0 - torch.cuda.mem_get_info()[0]) / 2 ** 30:.3f} GB"
-            logger.info("DDTREE tree head graphs (%s=1): %s, captured in %.1f s%s.", head_graph.ENV, heads.describe(),
-                        time.perf_counter() - tic, used)
+            logger.info("DDTREE tree head graphs (%s=0 turns them off): %s, captured in %.1f s%s.", head_graph.ENV,
+                        heads.describe(), time.perf_counter() - tic, used)
         return heads
 
     def _init_draft_kv_graphs(self):
@@ -286,8 +288,8 @@ class DDTreeWorker(DFlashWorkerV2):
         # move no KV. A causal one (fa3: its backend is built at top-K 1) needs no mask and no links.
         shaped = chain_shaped(budget)
         causal = cfg.verifies_causally(budget)
-        # SGLANG_DDTREE_HEAD_GRAPH=1: a tree round's slots, build and topology as one replay after the draft
-        # (head_graph); the batch size it replays at, or None for the eager head
+        # head graphs (head_graph, on where they apply): a tree round's slots, build and topology as one replay after
+        # the draft; the batch size it replays at, or None for the eager head
         head_size = None if self._heads is None or shaped else self._heads.padded(bs, budget, host.mask_sum_bound)
         # What depends on the prefix alone comes before the draft's launch: the host's work between the draft's launch
         # and the verify's is time the GPU waits once the draft is done (the idle gap of session 27's profiles).
