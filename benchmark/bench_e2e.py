@@ -182,6 +182,7 @@ ENV_MODIFIERS = {
     "nochain": {"SGLANG_DDTREE_AUTO_CHAIN": "0"},  # budget auto: tree buckets only (before session 30)
     "costdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "1"},  # budget auto: stale costs follow the drift (the default)
     "nocostdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "0"},  # budget auto: each bucket's cost its own (before session 40)
+    "nostaleexplore": {"SGLANG_DDTREE_AUTO_EXPLORE_STALE": "0"},  # budget auto: the least observed near (< session 41)
 }
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
 # they ask for. pin<bucket> (pin0, pin15, pinchain15, ...: ``config.parse_bucket``'s names): budget auto verifies that

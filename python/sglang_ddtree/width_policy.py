@@ -183,6 +183,33 @@ class CostModel:
         """Rounds observed at the key of (bs, budget), warm-up rounds included."""
         return self._count.get(self._key(bs, budget), 0)
 
+    def forget(self, bs: int, budget: int) -> None:
+        """Drop the estimate of (bs, budget): it is priced again as one never used (its seed plus the lent offset
+        standing in until ``settle`` rounds), its next round used (the key has compiled: no warm-up again)."""
+        key = self._key(bs, budget)
+        if key in self._ms and key in self._seed:  # its offset leaves the one lent to unobserved keys
+            kind = key[1] > 0
+            self._offset_sum[kind] -= self._ms[key] - self._seed[key]
+            self._offset_n[kind] -= 1
+        for table in (self._used, self._ms, self._stand_in, self._last, self._snap):
+            table.pop(key, None)
+        self._moved.get(key[0], {}).pop(key, None)
+        self._count[key] = min(self._count.get(key, 0), self.warmup)
+
+    def last_seen(self, bs: int, budget: int) -> int:
+        """When the key of (bs, budget) was last used, counted in observations of any key; -1 if never."""
+        return self._last.get(self._key(bs, budget), -1)
+
+    def at_calibrated_gap(self, bs: int, budget: int, ref: int) -> Optional[float]:
+        """What ``budget`` would cost if it sat above ``ref``'s current estimate by no more than their calibrated
+        difference (never below it): a lower bound of what it can cost when its own estimate is stale; None without
+        both seeds or an estimate of ``ref``."""
+        kb, kr = self._key(bs, budget), self._key(bs, ref)
+        ref_ms = self.cost(bs, ref)
+        if kb not in self._seed or kr not in self._seed or ref_ms is None:
+            return None
+        return ref_ms + max(0.0, self._seed[kb] - self._seed[kr])
+
     def cost(self, bs: int, budget: int) -> Optional[float]:
         """A settled key's lower median; a settling one's lower median with its stand-in as one more sample; a
         seeded, never observed key's seed plus the mean offset (estimate - seed) of the settled keys of the same
@@ -330,6 +357,20 @@ class WidthPolicy:
     the best, so the costs next to the choice stay measured and a wrong estimate heals (at most one round in
     ``explore_every`` at a bucket predicted that much slower).
 
+    With ``explore_stale`` (the default since session 41; ``SGLANG_DDTREE_AUTO_EXPLORE_STALE=0`` turns it off in a
+    server) the exploration also reaches a drafting bucket whose own estimate is too high to look near, where its
+    cost at the calibrated difference from the best drafting bucket (``CostModel.at_calibrated_gap``) would make it
+    near, and it measures the bucket seen longest ago first (never seen first). Session 41 (tiny pair, H100, paired
+    runs with ``+loginfo``): on a host-bound engine a bucket priced in a slow stretch kept that price for the whole
+    run, 30-60 % above the buckets that cost the same on the GPU (budget 63 at 4.11 ms against 31's 2.2-2.7 at bs 4,
+    calibrated 0.02 ms apart), so exploration never measured it again and auto ran 31 where budget 63 alone was
+    1.08x faster; the least-observed order would have measured such a bucket, once chosen for hundreds of rounds,
+    last. The cost is bounded as before: one round in ``explore_every``. A bucket reached by hope alone has its
+    estimate dropped (``CostModel.forget``) as it is measured: it is priced as one never used (its seed plus the
+    offset the measured buckets show) while it settles, and measured as a new near tie is, rather than through its
+    old price standing in (which would leave it half-healed after one slow round for another ``explore_every``
+    rounds per bucket explored).
+
     A near tie is where one measurement decides: while another bucket is predicted within ``tie_within`` of the
     best and has fewer than ``tie_observations`` rounds observed at this batch size (its calibration seed, or a
     cost lent from other buckets' offsets, standing in), every ``tie_every``-th choice measures it, costing at
@@ -347,7 +388,7 @@ class WidthPolicy:
 
     def __init__(self, budgets: Sequence[int], costs: CostModel, accept, *, probe_every: int = 16,
                  explore_every: int = 32, explore_within: float = 0.8, tie_every: int = 4, tie_within: float = 0.1,
-                 tie_observations: Optional[int] = None):
+                 tie_observations: Optional[int] = None, explore_stale: bool = True):
         if 0 not in budgets or sorted(budgets) != list(budgets):
             raise ValueError(f"budgets must be ascending and include 0, got {list(budgets)}")
         if probe_every < 1 or explore_every < 0 or not 0.0 < explore_within <= 1.0:
@@ -366,6 +407,7 @@ class WidthPolicy:
         self.tie_within = tie_within
         # four rounds the cost model uses (its first ``warmup`` rounds of a key are compile rounds, not used)
         self.tie_observations = costs.warmup + 4 if tie_observations is None else int(tie_observations)
+        self.explore_stale = bool(explore_stale)
         self._zero_run = 0
         self._choices = 0
 
@@ -392,9 +434,18 @@ class WidthPolicy:
             if ties:
                 return min(ties, key=lambda b: (self.costs.observations(bs, b), -known[b]))
         if self.explore_every and self._choices % self.explore_every == 0:
-            near = [b for b, r in known.items() if b != best and r >= self.explore_within * known[best]]
-            if near:
-                return min(near, key=lambda b: (self.costs.observations(bs, b), -known[b]))
+            if self.explore_stale:
+                hoped = self._hoped(bs, known, best, drafts)
+                near = [b for b, r in hoped.items() if b != best and r >= self.explore_within * known[best]]
+                if near:
+                    pick = min(near, key=lambda b: (self.costs.last_seen(bs, b), -hoped[b]))
+                    if known[pick] < self.explore_within * known[best]:  # reached by hope alone: a stale price
+                        self.costs.forget(bs, pick)
+                    return pick
+            else:
+                near = [b for b, r in known.items() if b != best and r >= self.explore_within * known[best]]
+                if near:
+                    return min(near, key=lambda b: (self.costs.observations(bs, b), -known[b]))
         if best == 0:
             self._zero_run += 1
             if self._zero_run > self.probe_every:
@@ -403,6 +454,22 @@ class WidthPolicy:
             return 0
         self._zero_run = 0
         return best
+
+    def _hoped(self, bs: int, known: Dict[int, float], best: int, drafts) -> Dict[int, float]:
+        """Each known bucket's rate at the lower of its estimate and, for a drafting bucket beside a drafting best,
+        its cost at the calibrated difference from the best (``explore_stale``; one exploration turn in
+        ``explore_every`` asks)."""
+        if best == 0:
+            return dict(known)
+        tokens = self.accept.expected_tokens(bs, self.budgets, drafts)
+        hoped = dict(known)
+        for j, b in enumerate(self.budgets):
+            if b == 0 or b == best or b not in known:
+                continue
+            floor = self.costs.at_calibrated_gap(bs, b, best)
+            if floor is not None and floor > 0 and tokens is not None:
+                hoped[b] = max(known[b], 1000.0 * tokens[j] / floor)
+        return hoped
 
     def describe(self, batch_sizes: Sequence[int], drafts=None) -> list:
         """One line per batch size: the pick and the predicted tokens/s per bucket (the start-up log)."""

@@ -216,6 +216,96 @@ def test_policy_explores_the_least_observed_near_bucket():
         WidthPolicy(budgets, costs, table, explore_within=0.0)
 
 
+def test_cost_model_says_when_a_key_was_last_used_and_its_cost_at_the_calibrated_gap():
+    costs = CostModel([4, 8], (0, 31, 63), warmup=1)
+    assert costs.last_seen(4, 63) == -1 and costs.at_calibrated_gap(4, 63, 31) is None  # no seeds
+    for b, ms in ((0, 0.13), (31, 0.34), (63, 0.36)):
+        costs.seed(4, b, ms)
+    assert costs.at_calibrated_gap(4, 63, 31) == pytest.approx(0.36)  # 31 unobserved: its seed
+    costs.observe(4, 31, 9.0)  # a warm-up round: counted, not used
+    assert costs.last_seen(4, 31) == -1 and costs.observations(4, 31) == 1
+    for _ in range(3):
+        costs.observe(4, 31, 2.2)
+    assert costs.last_seen(3, 31) == 4 and costs.last_seen(4, 63) == -1  # bs 3 pads to 4
+    assert costs.at_calibrated_gap(4, 63, 31) == pytest.approx(2.22)  # 31's estimate + 0.02
+    assert costs.at_calibrated_gap(4, 31, 63) == pytest.approx(2.22 - 0.02 + 0.0 + 0.02)  # never below ref: 63's
+    assert costs.at_calibrated_gap(8, 63, 31) is None  # bs 8 has no seeds
+
+
+def test_exploration_re_measures_a_drafting_bucket_priced_out_by_a_stale_estimate():
+    """``explore_stale``: a drafting bucket whose own estimate is too high to look near, but which would be near at
+    its calibrated difference from the best, is explored, the one seen longest ago first; with the switch off (the
+    rule before session 41) the exploration goes to the least observed near bucket and never reaches it."""
+    budgets = (0, 15, 31, 63)
+    table = TableAcceptModel({15: 3.3, 32: 3.55, 64: 3.73})
+
+    def fresh(**kw):
+        costs = CostModel([4], budgets, warmup=0, settle=1)
+        for b, ms in ((0, 0.13), (15, 0.34), (31, 0.34), (63, 0.36)):
+            costs.seed(4, b, ms)
+        costs.observe(4, 63, 4.11)  # a slow stretch, long ago
+        for _ in range(20):
+            costs.observe(4, 15, 2.6)
+            costs.observe(4, 31, 2.45)
+        costs.observe(4, 0, 1.9)
+        return WidthPolicy(budgets, costs, table, explore_every=4, tie_every=0, **kw), costs
+
+    policy, costs = fresh()
+    rates = policy.rates(4)  # 63: 3.73 / 4.11 = 0.91 of a token per ms, 0.63 of 31's 3.55 / 2.45
+    assert max(rates, key=rates.get) == 31 and rates[63] < 0.8 * rates[31]
+    assert [policy.choose(4) for _ in range(4)] == [31, 31, 31, 63]  # at 2.45 + 0.02 it would beat 31
+    policy, costs = fresh(explore_stale=False)
+    assert [policy.choose(4) for _ in range(8)] == [31, 31, 31, 15, 31, 31, 31, 15]
+    # reached by hope alone, 63's stale estimate is dropped as it is explored: priced as never used (its seed plus
+    # the offset the measured drafting buckets show: 0.36 + (2.6 + 2.45) / 2 - 0.34) until its round is read
+    policy, costs = fresh()
+    assert [policy.choose(4) for _ in range(4)] == [31, 31, 31, 63]
+    assert costs.cost(4, 63) == pytest.approx(0.36 + 2.525 - 0.34) and costs.observations(4, 63) == 0
+    costs.observe(4, 63, 2.5)  # used at once (no second warm-up); no drift lent to the others from 4.11 -> 2.5
+    assert costs.cost(4, 63) == pytest.approx(2.5) and costs.cost(4, 31) == pytest.approx(2.45)
+    assert policy.rates(4)[63] > policy.rates(4)[31]
+    # then the order: the bucket seen longest ago first (15 before 31); 15 is near by its own estimate: kept
+    assert _simulate(policy, costs, {15: 2.6, 31: 2.45, 63: 2.5}, 4, 8) == [63, 63, 63, 15, 63, 63, 63, 31]
+    assert costs.cost(4, 15) == pytest.approx(2.6) and costs.observations(4, 15) == 21
+
+
+def _stale_bucket(seed, *, explore_stale, rounds=400):
+    """Session 41's tiny pair at bs 4 (H100, head graphs): calibration put the drafting buckets within 0.02 ms on the
+    GPU, a host-bound round costs ~2.4 ms whatever its width, and budget 63 settled at 4.11 ms in a slow stretch.
+    True costs as stated, tokens per round as the engine's accept lengths suggest, skewed noise. Returns the share of
+    rounds at 63 after the first 64 and the committed tokens per true millisecond over the best fixed bucket's."""
+    budgets = (0, 1, 3, 7, 15, 31, 63)
+    seeds = {0: 0.13, 1: 0.34, 3: 0.34, 7: 0.34, 15: 0.34, 31: 0.34, 63: 0.36}
+    true_ms = {0: 1.9, 1: 2.40, 3: 2.40, 7: 2.42, 15: 2.43, 31: 2.45, 63: 2.48}
+    table = TableAcceptModel({1: 1.7, 3: 2.3, 7: 2.9, 15: 3.3, 32: 3.55, 64: 3.73})
+    rng = random.Random(seed)
+    costs = CostModel([4], budgets)
+    for b, ms in seeds.items():
+        costs.seed(4, b, ms)
+    _settle(costs, 4, 63, 4.11)
+    for b in (0, 1, 3, 7, 15, 31):
+        _settle(costs, 4, b, true_ms[b])
+    policy = WidthPolicy(budgets, costs, table, explore_stale=explore_stale)
+    picks, spent, tokens = [], 0.0, 0.0
+    for _ in range(rounds):
+        b = policy.choose(4)
+        costs.observe(4, b, true_ms[b] * _skewed_noise(rng))
+        picks.append(b)
+        spent += true_ms[b]
+        tokens += table.tokens_per_request(b)
+    best = max(table.tokens_per_request(b) / true_ms[b] for b in budgets)
+    return picks[64:].count(63) / len(picks[64:]), tokens / spent / best
+
+
+def test_a_bucket_priced_in_a_slow_stretch_is_taken_back():
+    """Session 41: with the stale exploration every one of 20 seeds is back at budget 63 for most rounds after the
+    first 64 and keeps >= 99 % of its rate; without it no seed ever runs 63 again (~96 %, stuck at 31)."""
+    on = [_stale_bucket(seed, explore_stale=True) for seed in range(20)]
+    off = [_stale_bucket(seed, explore_stale=False) for seed in range(20)]
+    assert min(share for share, _ in on) >= 0.8 and min(rate for _, rate in on) >= 0.99, on
+    assert max(share for share, _ in off) == 0.0 and max(rate for _, rate in off) < 0.97, off
+
+
 def _costs(batch_sizes, budgets, *, step_ms=5.0, per_token_ms=0.004, fixed_ms=1.5):
     """A round costs a weight-bound step up to ~128 tokens, then grows with the tokens (Qwen3-8B-like)."""
     c = CostModel(batch_sizes, budgets)
@@ -372,7 +462,7 @@ def test_a_noisy_near_tie_does_not_strand_the_policy_on_the_runner_up():
 
     share, rate = worst()
     assert share >= 0.5 and rate >= 0.97, (share, rate)
-    old = dict(explore_within=0.5, tie_within=0.05, tie_observations=3)
+    old = dict(explore_within=0.5, tie_within=0.05, tie_observations=3, explore_stale=False)
     share_old, _ = worst(**old)
     assert share_old < 0.1  # the estimator alone does not rescue it: the exploration window matters too
 

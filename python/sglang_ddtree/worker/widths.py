@@ -49,6 +49,10 @@ CHAIN_ENV = "SGLANG_DDTREE_AUTO_CHAIN"
 # The cost model's ``follow_drift`` (``width_policy.CostModel``): 1 / unset = a bucket's estimate follows the changes of
 # the buckets measured after it (the default since session 40's paired runs), 0 = each bucket keeps its own.
 COST_DRIFT_ENV = "SGLANG_DDTREE_AUTO_COST_DRIFT"
+# The policy's ``explore_stale`` (``width_policy.WidthPolicy``): 1 / unset = exploration also re-measures a drafting
+# bucket priced out by a stale estimate, seen longest ago first (the default since session 41), 0 = the least
+# observed bucket predicted near, as before.
+EXPLORE_STALE_ENV = "SGLANG_DDTREE_AUTO_EXPLORE_STALE"
 
 
 def accept_model(budgets):
@@ -271,7 +275,9 @@ class AutoWidth:
             default=True))
         metrics.AUTO_STATS.set_cost_source(self.costs)  # the decode log shows the costs the choice weighs
         self.accept = accept_model(self.budgets)
-        self.policy = WidthPolicy(self.budgets, self.costs, self.accept)
+        self.policy = WidthPolicy(self.budgets, self.costs, self.accept, explore_stale=env_switch(
+            EXPLORE_STALE_ENV, on="exploration re-measures stale drafting buckets", off="the least observed near one",
+            default=True))
         self.forecast: Optional[DraftForecast] = None
         self._ring = [_Pending(len(self.budgets), device) for _ in range(self.RING)]
         self._next = 0
@@ -323,6 +329,8 @@ class AutoWidth:
         lines += self.policy.describe(self.costs.batch_sizes)
         if not self.costs.follow_drift:
             lines.append(f"each bucket keeps its own cost, not the measured buckets' drift ({COST_DRIFT_ENV}=0)")
+        if not self.policy.explore_stale:
+            lines.append(f"exploration measures the least observed near bucket, not stale ones ({EXPLORE_STALE_ENV}=0)")
         return lines
 
     # -- the round --
