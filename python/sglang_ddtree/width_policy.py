@@ -369,7 +369,9 @@ class WidthPolicy:
     estimate dropped (``CostModel.forget``) as it is measured: it is priced as one never used (its seed plus the
     offset the measured buckets show) while it settles, and measured as a new near tie is, rather than through its
     old price standing in (which would leave it half-healed after one slow round for another ``explore_every``
-    rounds per bucket explored).
+    rounds per bucket explored). A bucket truly dearer than its calibration says (a host cost the replays miss)
+    would be explored, dropped, re-priced and chosen for a few rounds at every such turn; so a bucket hoped for is
+    hoped for again only ``FORGET_AFTER`` explorations later, its own estimate deciding between.
 
     A near tie is where one measurement decides: while another bucket is predicted within ``tie_within`` of the
     best and has fewer than ``tie_observations`` rounds observed at this batch size (its calibration seed, or a
@@ -385,6 +387,8 @@ class WidthPolicy:
     explorations on 3 and 31 rather than on the runner-up; hence four used rounds for a near tie (within 10 %) and
     exploration within 20 % (``test_width_policy.py`` simulates that case with stated noise).
     """
+
+    FORGET_AFTER = 16  # explorations before a bucket hoped for and measured may be hoped for again
 
     def __init__(self, budgets: Sequence[int], costs: CostModel, accept, *, probe_every: int = 16,
                  explore_every: int = 32, explore_within: float = 0.8, tie_every: int = 4, tie_within: float = 0.1,
@@ -408,6 +412,7 @@ class WidthPolicy:
         # four rounds the cost model uses (its first ``warmup`` rounds of a key are compile rounds, not used)
         self.tie_observations = costs.warmup + 4 if tie_observations is None else int(tie_observations)
         self.explore_stale = bool(explore_stale)
+        self._forgotten: Dict[tuple, int] = {}  # (bs, bucket) -> the choice at which its estimate was last dropped
         self._zero_run = 0
         self._choices = 0
 
@@ -441,6 +446,7 @@ class WidthPolicy:
                     pick = min(near, key=lambda b: (self.costs.last_seen(bs, b), -hoped[b]))
                     if known[pick] < self.explore_within * known[best]:  # reached by hope alone: a stale price
                         self.costs.forget(bs, pick)
+                        self._forgotten[(bs, pick)] = self._choices
                     return pick
             else:
                 near = [b for b, r in known.items() if b != best and r >= self.explore_within * known[best]]
@@ -466,6 +472,9 @@ class WidthPolicy:
         for j, b in enumerate(self.budgets):
             if b == 0 or b == best or b not in known:
                 continue
+            dropped = self._forgotten.get((bs, b))
+            if dropped is not None and self._choices - dropped < self.FORGET_AFTER * self.explore_every:
+                continue  # hoped for lately and measured: its own estimate speaks until then
             floor = self.costs.at_calibrated_gap(bs, b, best)
             if floor is not None and floor > 0 and tokens is not None:
                 hoped[b] = max(known[b], 1000.0 * tokens[j] / floor)
