@@ -288,30 +288,20 @@ def test_calibration_adds_the_tree_build_to_tree_buckets_only(monkeypatch):
     assert auto.costs.cost(8, 15) == pytest.approx(2.75)
 
 
-def test_the_cost_drift_switch(monkeypatch):
+@pytest.mark.parametrize("env,reads", [
+    (widths.COST_DRIFT_ENV, lambda auto: auto.costs.follow_drift),  # session 40
+    (widths.EXPLORE_STALE_ENV, lambda auto: auto.policy.explore_stale),  # session 41
+])
+def test_the_cost_model_and_policy_switches(monkeypatch, env, reads):
     monkeypatch.setattr(widths.torch.cuda, "Event", _FakeEvent)
     monkeypatch.setattr(widths, "_pinned", lambda n: torch.zeros(n, dtype=torch.float32))
     config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True)
-    for value, want in (("", True), ("0", False), ("1", True)):  # on unless 0 (session 40)
-        monkeypatch.setenv(widths.COST_DRIFT_ENV, value)
+    for value, want in (("", True), ("0", False), ("1", True)):  # on unless 0
+        monkeypatch.setenv(env, value)
         auto = widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu")
-        assert auto.costs.follow_drift is want
+        assert reads(auto) is want
         # the start-up log says when it is off
-        assert any(f"{widths.COST_DRIFT_ENV}=0" in line for line in auto.describe()) is not want
-    monkeypatch.setenv(widths.COST_DRIFT_ENV, "yes")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_AUTO_COST_DRIFT='yes': use 1"):
-        widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu")
-
-
-def test_the_stale_exploration_switch(monkeypatch):
-    monkeypatch.setattr(widths.torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(widths, "_pinned", lambda n: torch.zeros(n, dtype=torch.float32))
-    config = DDTreeConfig(budget=63, topk=8, block_size=16, adaptive=True)
-    for value, want in (("", True), ("0", False), ("1", True)):  # on unless 0 (session 41)
-        monkeypatch.setenv(widths.EXPLORE_STALE_ENV, value)
-        auto = widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu")
-        assert auto.policy.explore_stale is want
-        assert any(f"{widths.EXPLORE_STALE_ENV}=0" in line for line in auto.describe()) is not want
-    monkeypatch.setenv(widths.EXPLORE_STALE_ENV, "on")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_AUTO_EXPLORE_STALE='on': use 1"):
+        assert any(f"{env}=0" in line for line in auto.describe()) is not want
+    monkeypatch.setenv(env, "yes")
+    with pytest.raises(ValueError, match=f"{env}='yes': use 1"):
         widths.AutoWidth(config, [1, 8], max_batch_size=8, device="cpu")
