@@ -136,6 +136,10 @@ class CostModel:
         self._moved: Dict[int, Dict[tuple, float]] = {}
         self._snap: Dict[tuple, Dict[tuple, float]] = {}
 
+    def key(self, bs: int, budget: int) -> tuple:
+        """The table's key of (bs, budget): the smallest captured batch size that holds ``bs``, and the budget."""
+        return self._key(bs, budget)
+
     def _key(self, bs: int, budget: int) -> tuple:
         i = bisect.bisect_left(self.batch_sizes, bs)
         if i == len(self.batch_sizes):
@@ -412,7 +416,7 @@ class WidthPolicy:
         # four rounds the cost model uses (its first ``warmup`` rounds of a key are compile rounds, not used)
         self.tie_observations = costs.warmup + 4 if tie_observations is None else int(tie_observations)
         self.explore_stale = bool(explore_stale)
-        self._forgotten: Dict[tuple, int] = {}  # (bs, bucket) -> the choice at which its estimate was last dropped
+        self._forgotten: Dict[tuple, int] = {}  # cost key -> the choice at which its estimate was last dropped
         self._zero_run = 0
         self._choices = 0
 
@@ -446,7 +450,7 @@ class WidthPolicy:
                     pick = min(near, key=lambda b: (self.costs.last_seen(bs, b), -hoped[b]))
                     if known[pick] < self.explore_within * known[best]:  # reached by hope alone: a stale price
                         self.costs.forget(bs, pick)
-                        self._forgotten[(bs, pick)] = self._choices
+                        self._forgotten[self.costs.key(bs, pick)] = self._choices
                     return pick
             else:
                 near = [b for b, r in known.items() if b != best and r >= self.explore_within * known[best]]
@@ -472,7 +476,7 @@ class WidthPolicy:
         for j, b in enumerate(self.budgets):
             if b == 0 or b == best or b not in known:
                 continue
-            dropped = self._forgotten.get((bs, b))
+            dropped = self._forgotten.get(self.costs.key(bs, b))
             if dropped is not None and self._choices - dropped < self.FORGET_AFTER * self.explore_every:
                 continue  # hoped for lately and measured: its own estimate speaks until then
             floor = self.costs.at_calibrated_gap(bs, b, best)

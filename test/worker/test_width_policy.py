@@ -230,6 +230,7 @@ def test_cost_model_says_when_a_key_was_last_used_and_its_cost_at_the_calibrated
     assert costs.at_calibrated_gap(4, 63, 31) == pytest.approx(2.22)  # 31's estimate + 0.02
     assert costs.at_calibrated_gap(4, 31, 63) == pytest.approx(2.22 - 0.02 + 0.0 + 0.02)  # never below ref: 63's
     assert costs.at_calibrated_gap(8, 63, 31) is None  # bs 8 has no seeds
+    assert costs.key(3, 63) == (4, 63) and costs.key(5, 0) == (8, 0)
 
 
 def test_exploration_re_measures_a_drafting_bucket_priced_out_by_a_stale_estimate():
