@@ -205,9 +205,9 @@ class CostModel:
         return self._last.get(self._key(bs, budget), -1)
 
     def at_calibrated_gap(self, bs: int, budget: int, ref: int) -> Optional[float]:
-        """What ``budget`` would cost if it sat above ``ref``'s current estimate by no more than their calibrated
-        difference (never below it): a lower bound of what it can cost when its own estimate is stale; None without
-        both seeds or an estimate of ``ref``."""
+        """``ref``'s current estimate plus how much dearer calibration found ``budget`` (0 where it found it cheaper):
+        what ``budget`` would cost if the two differed as their graph replays do, the hope for a stale estimate;
+        None without both seeds or an estimate of ``ref``."""
         kb, kr = self._key(bs, budget), self._key(bs, ref)
         ref_ms = self.cost(bs, ref)
         if kb not in self._seed or kr not in self._seed or ref_ms is None:
