@@ -83,7 +83,7 @@ class Harness:
         w._append_target_hidden_to_draft_kv_by_loc = self._append
         w._auto = _ScriptedAuto(self) if config.adaptive else None
         w._widths = _Widths(config, mr) if config.adaptive else None
-        if heads is not None:  # SGLANG_DDTREE_HEAD_GRAPH=1: the head's static buffers, replayed eagerly on the CPU
+        if heads is not None:  # the head graphs (the default on fa3): their static buffers, replayed eagerly on the CPU
             w._heads = _counting_heads(self, w, heads, mask_capacity if mask_capacity is not None else bs * MAXLEN)
         self.worker = w
         self._round = None
@@ -391,7 +391,7 @@ def test_a_fixed_budget_is_the_targets_greedy_sequence(cpu_round, budget, topk):
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("bs,sizes", [(5, (2, 8)), (4, (1, 4, 16))])
 def test_head_graphs_give_the_targets_greedy_sequence(cpu_round, seed, bs, sizes):
-    """``SGLANG_DDTREE_HEAD_GRAPH=1`` (``head_graph``): every tree round takes its slots, tree, topology and bits from
+    """The head graphs (``head_graph``, on by default): every tree round takes its slots, tree, topology and bits from
     the head's static buffers, padded to the next size (5 -> 8: rows 5..7 read prefix 0 and request slot 0) or not
     (4 -> 4); width 0 and the chain keep their constant structure."""
     config = DDTreeConfig(budget=15, topk=4, block_size=8, adaptive=True, chain=True)
@@ -582,7 +582,7 @@ def test_the_round_reads_no_device_value(cpu_round, monkeypatch, chain, greedy, 
             finished.append(slot.budget)
 
     w._auto, w._widths = Auto(), _Widths(config, mr)
-    if heads:  # SGLANG_DDTREE_HEAD_GRAPH=1 on fa3 (bits): the heads' static buffers, run eagerly (no graph)
+    if heads:  # the head graphs on fa3 (bits): the heads' static buffers, run eagerly (no graph)
         if not chain:
             pytest.skip("the head graphs apply where fa3's fused tree attention reads bits (here: chain=True)")
         from sglang_ddtree.config import chain_shaped
