@@ -23,7 +23,10 @@ That holds only while every request asks the same number of tokens: then plain d
 the same step, and under ``continuous`` their slots are refilled and prefilled together, while a speculative
 engine's are refilled one by one. ``--length-spread F`` gives each prompt its own length, up to +-F of
 ``--max-new-tokens`` (the same for every config and repetition: ``bench_e2e.request_params``), as a server's requests
-have.
+have. Each timed cell also reports the engine's prefill batches (``prefill_batches``, per repetition: the
+``Prefill batch`` lines its log holds between the parent's cell markers): session 41 found that the spread's cost falls
+on plain decoding through them (its lockstep batch refills in one prefill; spread arrivals come one at a time, each
+pausing the batch), 114 against 896 in one run, while a speculative engine's stayed ~640 either way.
 
     python benchmark/bench_paired.py --target T --draft D --out benchmark/results/paired.json \
         --configs plain,dflash,ddtree:64:8 [--bs 1,16] [--repeats 5] [--baselines dflash,plain]
@@ -46,6 +49,10 @@ from bench_e2e import (PROMPTS, SCHEDULES, after_warmup, engine_caps, engine_env
                        environment, fa3_unavailable, plain_reference, request_params)
 
 _TAG = "@@BENCH_PAIRED "
+# The parent's marker in an engine's log before each command: what the log holds until the next one is that cell's
+# (the engine's scheduler logs to the same file: stderr, one shared offset)
+_CELL = "[bench_paired] cell "
+_PREFILL = "Prefill batch"  # SGLang's scheduler logs one such line per prefill batch (INFO)
 
 
 class _FakeEngine:
@@ -64,6 +71,7 @@ class _FakeEngine:
             self.seen_bs.add(len(input_ids))
             time.sleep(self.first_call_s)
         time.sleep(0.001 * len(input_ids))
+        print(f"{_PREFILL}, #new-seq: {len(input_ids)} (fake)", file=sys.stderr, flush=True)  # a wave: one prefill
         per = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(input_ids)
         return [self._answer(ids, p) for ids, p in zip(input_ids, per)]
 
@@ -83,6 +91,7 @@ class _FakeEngine:
         import asyncio
 
         await asyncio.sleep(0.001)
+        print(f"{_PREFILL}, #new-seq: 1 (fake)", file=sys.stderr, flush=True)  # each arrival alone
         return self._answer(input_ids, sampling_params)
 
     def shutdown(self):
@@ -146,7 +155,11 @@ class _Child:
             self.log.write(line)
         raise TimeoutError(f"{self.spec}: no answer within {timeout_s} s")
 
-    def ask(self, cmd: dict, timeout_s: float = 600) -> dict:
+    def ask(self, cmd: dict, timeout_s: float = 600, cell=None) -> dict:
+        """``cell``: a label written to the engine's log first (``_CELL``), so its lines can be told apart per cell."""
+        if cell is not None:
+            self.log.write(_CELL + json.dumps(cell) + "\n")
+            self.log.flush()
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
         return self.read(timeout_s)
@@ -159,6 +172,20 @@ class _Child:
         except Exception:  # already gone, or stuck: make sure it ends
             self.proc.kill()
         self.log.close()
+
+
+def prefill_batches(log_path: str) -> dict:
+    """{(bs, rep): the ``_PREFILL`` lines after that cell's marker and before the next} of one engine's log."""
+    counts, cell = {}, None
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            if line.startswith(_CELL):
+                label = json.loads(line[len(_CELL):])
+                cell = (str(label["bs"]), label["rep"])
+                counts[cell] = 0
+            elif cell is not None and _PREFILL in line:
+                counts[cell] += 1
+    return counts
 
 
 def _stats(values):
@@ -246,7 +273,7 @@ def main(argv=None) -> int:
         for _ in range(args.warmup_repeats):  # untimed: the one-time costs of each batch size (module docstring)
             for bs in bs_list:
                 for c in children:
-                    c.ask({"bs": bs, "prompts": prompts, "schedule": args.schedule})
+                    c.ask({"bs": bs, "prompts": prompts, "schedule": args.schedule}, cell={"bs": bs, "rep": "warmup"})
         if args.warmup_repeats:
             report["warmup_s"] = round(time.time() - t0 - report["engines_ready_s"], 1)
             print(f"[bench_paired] warm-up ({args.warmup_repeats} untimed repetition(s)) done "
@@ -259,13 +286,18 @@ def main(argv=None) -> int:
             for bs in bs_list:
                 order = configs[rep % len(configs):] + configs[: rep % len(configs)]
                 for c in sorted(children, key=lambda c: order.index(c.spec)):
-                    res = c.ask({"bs": bs, "prompts": prompts, "schedule": args.schedule})
+                    res = c.ask({"bs": bs, "prompts": prompts, "schedule": args.schedule}, cell={"bs": bs, "rep": rep})
                     runs[c.spec][str(bs)].append(res)
             print(f"[bench_paired] repetition {rep + 1}/{args.repeats} done ({time.time() - t0:.0f} s)", flush=True)
             _write(report, runs, bs_list, baselines, t0, args.out, final=False)
     finally:
         for c in children:
             c.close()
+    for c in children:  # each timed cell's prefill batches, from its engine's log
+        counts = prefill_batches(c.log.name)
+        for bs, results in runs[c.spec].items():
+            for rep, res in enumerate(results):
+                res["prefill_batches"] = counts.get((bs, rep))
     _write(report, runs, bs_list, baselines, t0, args.out, final=True)
     return 0
 
@@ -288,6 +320,8 @@ def _write(report, runs, bs_list, baselines, t0, out, final) -> None:
             m = rec[bs] = {"output_tokens": rs[0]["tokens"],  # a cell's generated tokens (every repetition's)
                            "tokens_per_s": [round(x, 1) for x in tps], "tokens_per_s_median": round(statistics.median(tps), 1),
                            "mean_accept_length": rs[0]["mean_accept_length"] and round(rs[0]["mean_accept_length"], 3)}
+            if any("prefill_batches" in r for r in rs):  # the final write: counted from the engine's log
+                m["prefill_batches"] = [r.get("prefill_batches") for r in rs]
             ref_spec = plain_reference(list(runs))
             if ref_spec is not None:
                 ref = runs[ref_spec][bs][0]["outputs"]
@@ -299,6 +333,7 @@ def _write(report, runs, bs_list, baselines, t0, out, final) -> None:
             if final:
                 print(f"[bench_paired] {spec:>22} bs {bs:>3}: median {m['tokens_per_s_median']:>8.1f} tok/s "
                       f"(runs {m['tokens_per_s']}), accept {m['mean_accept_length']}, == plain {m.get('equal_to_plain')}, "
+                      f"prefills {m.get('prefill_batches')}, "
                       + ", ".join(f"vs {b} x{m[f'speedup_vs_{b}']['median']:.3f} [{m[f'speedup_vs_{b}']['min']:.3f}, "
                                   f"{m[f'speedup_vs_{b}']['max']:.3f}]" for b in baselines if f"speedup_vs_{b}" in m),
                       flush=True)

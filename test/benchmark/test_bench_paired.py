@@ -128,9 +128,30 @@ def test_a_length_spread_reaches_every_engine_and_keeps_the_comparison_paired(tm
         lengths = [p["max_new_tokens"] for p in bench_e2e.request_params(dict(max_new_tokens=20), 6, 0.5)]
         assert len(set(lengths)) > 1  # the spread reached the engines: each prompt its own length
         assert m["output_tokens"] == rep["results"]["plain"]["2"]["output_tokens"] == sum(lengths)
+        # each timed cell's prefill batches, counted in its engine's log between the parent's cell markers (the
+        # fake engine logs one per wave, one per arrival under continuous); the warm-up cell's are not counted
+        for spec in ("plain", "ddtree:8:2"):
+            assert rep["results"][spec]["2"]["prefill_batches"] == ([3, 3] if schedule == "waves" else [6, 6])
+        assert "prefills [3, 3]" in proc.stdout or schedule != "waves"
     bad = subprocess.run(args[:-4] + ["--length-spread", "1", "--out", str(out)], env=env, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "--length-spread 1.0: must be in [0, 1)" in bad.stderr
+
+
+def test_prefill_batches_are_counted_per_cell_from_the_engine_log(tmp_path):
+    paired = _scripts.load("bench_paired")
+    log = tmp_path / "engine_0.log"
+    log.write_text("\n".join([
+        "[2026-12-06 10:44:20] Prefill batch, #new-seq: 2",  # the engine's own warm-up: before any cell
+        paired._CELL + json.dumps({"bs": 16, "rep": "warmup"}),
+        "[..] Prefill batch, #new-seq: 16", "[..] Decode batch, #running-req: 16",
+        paired._CELL + json.dumps({"bs": 16, "rep": 0}),
+        "[..] Prefill batch, #new-seq: 16", "[..] Decode batch", "[..] Prefill batch, #new-seq: 1",
+        paired._CELL + json.dumps({"bs": 48, "rep": 0}),
+        paired._CELL + json.dumps({"bs": 16, "rep": 1}),
+        "[..] Prefill batch, #new-seq: 3", "",
+    ]))
+    assert paired.prefill_batches(str(log)) == {("16", "warmup"): 1, ("16", 0): 2, ("48", 0): 0, ("16", 1): 1}
 
 
 def test_bad_config_fails_before_any_engine(tmp_path):
