@@ -444,7 +444,7 @@ class WidthPolicy:
                 return min(ties, key=lambda b: (self.costs.observations(bs, b), -known[b]))
         if self.explore_every and self._choices % self.explore_every == 0:
             if self.explore_stale:
-                hoped = self._hoped(bs, known, best, drafts)
+                hoped = self._hoped(bs, known, best)
                 near = [b for b, r in hoped.items() if b != best and r >= self.explore_within * known[best]]
                 if near:
                     pick = min(near, key=lambda b: (self.costs.last_seen(bs, b), -hoped[b]))
@@ -465,23 +465,22 @@ class WidthPolicy:
         self._zero_run = 0
         return best
 
-    def _hoped(self, bs: int, known: Dict[int, float], best: int, drafts) -> Dict[int, float]:
+    def _hoped(self, bs: int, known: Dict[int, float], best: int) -> Dict[int, float]:
         """Each known bucket's rate at the lower of its estimate and, for a drafting bucket beside a drafting best,
         its cost at the calibrated difference from the best (``explore_stale``; one exploration turn in
-        ``explore_every`` asks)."""
+        ``explore_every`` asks): its known rate rescaled by estimate / that cost (the same tokens)."""
         if best == 0:
             return dict(known)
-        tokens = self.accept.expected_tokens(bs, self.budgets, drafts)
         hoped = dict(known)
-        for j, b in enumerate(self.budgets):
-            if b == 0 or b == best or b not in known:
+        for b in known:
+            if b == 0 or b == best:
                 continue
             dropped = self._forgotten.get(self.costs.key(bs, b))
             if dropped is not None and self._choices - dropped < self.FORGET_AFTER * self.explore_every:
                 continue  # hoped for lately and measured: its own estimate speaks until then
             floor = self.costs.at_calibrated_gap(bs, b, best)
-            if floor is not None and floor > 0 and tokens is not None:
-                hoped[b] = max(known[b], 1000.0 * tokens[j] / floor)
+            if floor is not None and floor > 0:
+                hoped[b] = max(known[b], known[b] * self.costs.cost(bs, b) / floor)
         return hoped
 
     def describe(self, batch_sizes: Sequence[int], drafts=None) -> list:
