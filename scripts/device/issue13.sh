@@ -41,7 +41,8 @@
 #                                             # graphs / no graphs / no overlap, the bucket cycle with the compile
 #                                             # watch) and on triton (width 0 pinned, the cycle), LEAN_SAMPLING=1 adds
 #                                             # T > 0 on fa3 with the cycle, LEAN_HYBRID=1 the hybrid target's sharp
-#                                             # parity with auto (hybrid.sh auto's first group) (fa3 staged)
+#                                             # parity with auto (hybrid.sh auto's first group), LEAN_FEATURES=1 the
+#                                             # everyday-features test on fa3 with the defaults (fa3 staged)
 #     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3;
 #                                             # on by default since session 41, +headeager turns it off):
 #                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
@@ -132,7 +133,8 @@ case "${1:-}" in
       "parity_fa3_more=$MODELS /tmp/m_fb && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fb --out \$CMD_OUT --configs ${LEAN_FA3_MORE:-sharp:plain_fa3,sharp:dd_fa3_auto_w0_nograph,sharp:dd_fa3_auto_w0_nooverlap,sharp:dd_fa3_auto_chain_nooverlap} --deadline-s $(( LIM - 30 ))" \
       "parity_triton=$MODELS /tmp/m_tr && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_tr --out \$CMD_OUT --configs ${LEAN_TRITON:-sharp:plain_triton,sharp:dd_triton_auto_w0,sharp:dd_triton_auto_cycle_compiles,sharp:dd_triton_b15} --deadline-s $(( LIM - 30 ))" \
       ${LEAN_SAMPLING:+"sampling=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"} \
-      ${LEAN_HYBRID:+"hybrid_auto=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto]"}
+      ${LEAN_HYBRID:+"hybrid_auto=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto]"} \
+      ${LEAN_FEATURES:+"features=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py"}
     ;;
   head)
     LIM=${CMD_TIMEOUT_S:-540}
