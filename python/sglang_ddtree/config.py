@@ -301,6 +301,12 @@ class DDTreeConfig:
         return min(self.budget, self.block_size - 1)
 
     @property
+    def draft_positions(self) -> int:
+        """L - 1: the block positions the drafter scores per request (its [bs, L-1, K] top-K), whatever the budget;
+        a budget below it reaches fewer levels (``max_depth``) but the tree build reads every position."""
+        return self.block_size - 1
+
+    @property
     def accept_width(self) -> int:
         """W = D + 1: the longest accept length (D accepted drafts + the bonus token); row width of the
         accepted-path tensors and the output stride of ``next_token_ids``."""

@@ -69,6 +69,11 @@ def test_the_worker_builds_heads_for_the_tree_buckets(monkeypatch, caplog):
     assert "DDTREE tree head graphs (SGLANG_DDTREE_HEAD_GRAPH=0 turns them off): described" in caplog.text
     w, built = _worker(monkeypatch, DDTreeConfig(budget=64, topk=8, block_size=16), auto=False)  # a fixed budget
     assert w._init_heads() is not None and built[0]["budgets"] == [64] and built[0]["backend_for"] is None
+    # a fixed budget below the block's 15 positions: the draft still hands over [bs, 15, K] (session 42 on an H100:
+    # budget 7 sized the inputs by its depth, 7, and the first round's copy failed)
+    w, built = _worker(monkeypatch, DDTreeConfig(budget=7, topk=7, block_size=16), auto=False)
+    assert w._init_heads() is not None and built[0]["budgets"] == [7]
+    assert built[0]["depth"] == 15 == w.config.draft_positions and w.config.max_depth == 7
 
 
 @pytest.mark.parametrize("why,kw", [

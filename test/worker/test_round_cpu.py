@@ -252,7 +252,7 @@ def _counting_heads(harness, w, batch_sizes, mask_capacity):
 
     config = harness.config
     return CountingHeads(
-        batch_sizes=batch_sizes, depth=config.max_depth, topk=config.topk, device="cpu",
+        batch_sizes=batch_sizes, depth=config.draft_positions, topk=config.topk, device="cpu",
         budgets=[b for b in config.buckets if not chain_shaped(b) and not config.verifies_causally(b)],
         req_to_token=harness.req_to_token, mask_capacity=mask_capacity,
         slots=worker_mod.assign_extend_cache_locs_func,  # the fixture's stand-in
@@ -406,6 +406,19 @@ def test_head_graphs_give_the_targets_greedy_sequence(cpu_round, seed, bs, sizes
         assert r["moved"] is (not shaped) and r["bits"] is (not shaped), r
     assert all(len(e) >= 24 for e in h.emitted)
     assert not bool(h.worker._heads.prefix[bs:].any()) and not bool(h.worker._heads.req_pool_indices[bs:].any())
+
+
+def test_head_graphs_with_a_fixed_budget_below_the_block(cpu_round):
+    """A fixed budget below the block's positions (6 < 7 here; b7 under a 16-token block on a server) reaches fewer
+    levels than the draft scores: the head's inputs still take the draft's every position (session 42: sized by the
+    budget's depth, the first round's copy failed on an H100)."""
+    config = DDTreeConfig(budget=6, topk=2, block_size=8)
+    assert config.max_depth == 6 < config.draft_positions == 7
+    h = cpu_round(config, bs=3, seed=11, fa3_bits=True, heads=(1, 4))
+    for _ in range(12):
+        r = h.run_round()
+        assert r.get("head") == 4 and r["moved"] and r["bits"], r
+    assert all(len(e) >= 12 for e in h.emitted)
 
 
 def test_head_graphs_step_aside_where_they_do_not_cover_the_round(cpu_round):

@@ -172,8 +172,8 @@ class DDTreeWorker(DFlashWorkerV2):
         def bits_for(tree, budget):
             return fa3_tree.round_bits_out(tree, self.target_worker.model_runner.attn_backend)
 
-        heads = head_graph.TreeHeads(
-            batch_sizes=batch_sizes, budgets=budgets, depth=self.config.max_depth, topk=self.config.topk,
+        heads = head_graph.TreeHeads(  # depth: the draft's positions, not max_depth (a budget below L-1: fewer levels)
+            batch_sizes=batch_sizes, budgets=budgets, depth=self.config.draft_positions, topk=self.config.topk,
             device=self.device, req_to_token=mr.req_to_token_pool.req_to_token,
             mask_capacity=int(mr.max_total_num_tokens), slots=assign_extend_cache_locs_func, bits_for=bits_for,
             backend_for=self._widths.active if self._widths is not None else None)
