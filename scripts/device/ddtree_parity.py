@@ -102,6 +102,10 @@ CONFIGS = {
     "plain_fa3": dict(attention_backend="fa3"),
     "dd_fa3_b1": ddtree(1, 1, backend="fa3"),
     "dd_fa3_b15": ddtree(15, 4, backend="fa3"),
+    # budgets below the block's 15 positions (session 42: the head graphs sized their inputs by the budget and b7
+    # crashed its first round); topk 8 as a server passes it (clamped to 7 with a warning)
+    "dd_fa3_b7": ddtree(7, 8, backend="fa3"),
+    "dd_fa3_b3": ddtree(3, 2, backend="fa3"),
     "dd_fa3_b64": ddtree(64, 8, backend="fa3"),
     "dd_fa3_b256": ddtree(256, 8, backend="fa3"),
     "dd_fa3_b64_nograph": ddtree(64, 8, backend="fa3", disable_cuda_graph=True),
