@@ -45,7 +45,7 @@ class ChainInputs:
         """The chains of ``config``'s chain-shaped buckets: width 0 and, where budget auto holds it, the chain
         bucket; trees of depth up to L - 1."""
         rows = [1] + [b + 1 for b in config.buckets if is_chain(b)]
-        return cls(rows, max_depth=config.block_size - 1, device=device, batch_size=batch_size)
+        return cls(rows, max_depth=config.draft_positions, device=device, batch_size=batch_size)
 
     def _reserve(self, bs: int) -> None:
         if bs <= self.capacity:

@@ -82,7 +82,7 @@ def warm_round_kernels(
 
     ran = []
     commit = None
-    depth, width = config.block_size - 1, config.accept_width
+    depth, width = config.draft_positions, config.accept_width
     i64 = dict(dtype=torch.int64, device=device)
     # the draft head's layout: [bs, L-1, K] float32 log-probs, each row descending, and int64 token ids
     log_probs = torch.full((1, depth, config.topk), -1.0, dtype=torch.float32, device=device)

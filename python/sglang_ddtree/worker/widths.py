@@ -203,7 +203,7 @@ def tree_build_ms(config: DDTreeConfig, batch_sizes: Sequence[int], device) -> D
     for the forecast) on random draft log-probs of the real shape; it synchronises."""
     from sglang_ddtree.worker.tree_api import build_tree
 
-    out, k, depth = {}, config.topk, config.block_size - 1
+    out, k, depth = {}, config.topk, config.draft_positions
     for bs in batch_sizes:
         lp = torch.randn(bs, depth, k, device=device).log_softmax(-1).sort(-1, descending=True).values
         ids = torch.randint(0, 1000, (bs, depth, k), device=device)
