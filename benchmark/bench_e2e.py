@@ -183,6 +183,9 @@ ENV_MODIFIERS = {
     "costdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "1"},  # budget auto: stale costs follow the drift (the default)
     "nocostdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "0"},  # budget auto: each bucket's cost its own (before session 40)
     "nostaleexplore": {"SGLANG_DDTREE_AUTO_EXPLORE_STALE": "0"},  # budget auto: the least observed near (< session 41)
+    # DDTREE: the admission window (worker.admission, experimental): arrivals wait up to N passes while a batch runs
+    "admitwait4": {"SGLANG_DDTREE_ADMIT_WAIT": "4"},
+    "admitwait8": {"SGLANG_DDTREE_ADMIT_WAIT": "8"},
 }
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
 # they ask for. pin<bucket> (pin0, pin15, pinchain15, ...: ``config.parse_bucket``'s names): budget auto verifies that

@@ -330,6 +330,19 @@ def test_budget_auto_with_tensor_parallelism_only_behind_its_switch(engine_args,
         engine_args(**kw)
 
 
+def test_a_malformed_admission_window_is_refused_in_one_line(engine_args, tiny_configs, monkeypatch):
+    """SGLANG_DDTREE_ADMIT_WAIT (worker.admission, experimental) is read at validation: a value that is not a
+    number of passes in 0 .. 64 stops the server at its start, in one line naming the variable and what is allowed."""
+    kw = dict(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    monkeypatch.setenv("SGLANG_DDTREE_ADMIT_WAIT", "often")
+    with pytest.raises(ValueError, match=r"^SGLANG_DDTREE_ADMIT_WAIT='often': use the scheduler passes \(about decode "
+                                         r"rounds\) an arrival may wait while a batch runs, 1 \.\. 64, or 0 for no "
+                                         r"window\.$"):
+        engine_args(**kw)
+    monkeypatch.setenv("SGLANG_DDTREE_ADMIT_WAIT", "4")
+    assert resolved(engine_args(**kw)).speculative_algorithm == "DDTREE"
+
+
 def test_engine_kwargs_are_accepted(engine_args, tiny_configs):
     sa = engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                      speculative_ddtree_budget=32, speculative_ddtree_topk=2)

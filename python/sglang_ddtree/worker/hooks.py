@@ -23,6 +23,8 @@
   replays (``flashinfer_plan``); registered when flashinfer is installed and the plan is on
   (``SGLANG_DDTREE_FLASHINFER_PLAN`` unset with the FlashInfer it was written against, or 1); every other call passes
   straight through.
+- ``MinFreeSlotsDelayer.should_delay``: DDTREE's admission window (``admission``, experimental); registered only
+  when ``SGLANG_DDTREE_ADMIT_WAIT`` asks for one, and then a pass-through on servers other than DDTREE.
 ``install_hooks()`` only registers (cheap, idempotent); SGLang's ``load_plugins`` applies them.
 """
 
@@ -164,6 +166,30 @@ def flashinfer_hook_targets() -> dict:
             if flashinfer_plan.enabled() and importlib.util.find_spec("flashinfer") is not None else {})
 
 
+_DELAYER = "sglang.srt.managers.min_free_slots_delayer.MinFreeSlotsDelayer"
+
+
+def admission_should_delay(original, delayer, **kwargs):
+    from sglang_ddtree.worker import admission
+
+    return admission.should_delay(original, delayer, **kwargs)
+
+
+# Registered on demand (admission_hook_targets): the admission window.
+ADMISSION_HOOK_TARGETS = {f"{_DELAYER}.should_delay": admission_should_delay}
+
+
+def admission_hook_targets() -> dict:
+    """ADMISSION_HOOK_TARGETS when ``SGLANG_DDTREE_ADMIT_WAIT`` sets a window, else {} (a malformed value too: the
+    server's validation refuses it in one line)."""
+    from sglang_ddtree.worker import admission
+
+    try:
+        return dict(ADMISSION_HOOK_TARGETS) if admission.window_passes() else {}
+    except ValueError:
+        return {}
+
+
 def install_hooks() -> None:
     """Register the hooks above with SGLang's HookRegistry (idempotent, imports nothing heavy)."""
     global _installed
@@ -173,6 +199,7 @@ def install_hooks() -> None:
 
     from sglang_ddtree.compat import adapter
 
-    for target, hook in {**HOOK_TARGETS, **fa3_hook_targets(), **flashinfer_hook_targets()}.items():
+    targets = {**HOOK_TARGETS, **fa3_hook_targets(), **flashinfer_hook_targets(), **admission_hook_targets()}
+    for target, hook in targets.items():
         HookRegistry.register(target, adapter().adapt_hook(target, hook), HookType.AROUND)
     _installed = True

@@ -1,0 +1,90 @@
+"""DDTREE's admission window (``worker.admission``, SGLANG_DDTREE_ADMIT_WAIT, experimental): the variable, the hook's
+registration, and the decisions it adds to upstream's ``MinFreeSlotsDelayer`` (the real class of the installed
+SGLang), as the scheduler asks them once a pass while requests wait. A malformed value at a DDTREE server's start:
+``test/plugin/test_server_args.py``."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from sglang_ddtree.worker import admission, hooks
+
+
+@pytest.mark.parametrize("value,want", [("", 0), (" ", 0), ("0", 0), ("1", 1), (" 4 ", 4), ("64", 64)])
+def test_the_variable(monkeypatch, value, want):
+    monkeypatch.setenv(admission.ENV, value)
+    assert admission.window_passes() == want
+
+
+@pytest.mark.parametrize("value", ["-1", "65", "4.5", "on", "1e3"])
+def test_a_malformed_variable_is_one_line_naming_it_and_what_is_allowed(monkeypatch, value):
+    monkeypatch.setenv(admission.ENV, value)
+    with pytest.raises(ValueError) as err:
+        admission.window_passes()
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"SGLANG_DDTREE_ADMIT_WAIT={value!r}: ")
+    assert "1 .. 64, or 0 for no window" in message
+
+
+def test_the_hook_is_registered_only_when_a_window_is_asked_for(monkeypatch):
+    monkeypatch.delenv(admission.ENV, raising=False)
+    assert hooks.admission_hook_targets() == {}
+    monkeypatch.setenv(admission.ENV, "0")
+    assert hooks.admission_hook_targets() == {}
+    monkeypatch.setenv(admission.ENV, "bad")  # validation says why; the plugin's loading does not fail
+    assert hooks.admission_hook_targets() == {}
+    monkeypatch.setenv(admission.ENV, "4")
+    assert hooks.admission_hook_targets() == hooks.ADMISSION_HOOK_TARGETS and len(hooks.ADMISSION_HOOK_TARGETS) == 1
+    (target,) = hooks.ADMISSION_HOOK_TARGETS
+    from sglang_ddtree import compat
+
+    assert compat.resolve(target) is not None  # upstream has it (and the compat list names it: test_compat_scan)
+
+
+def _delayer(monkeypatch, *, ddtree=True, passes="4", min_free_slots=4):
+    """Upstream's delayer with the hook around its ``should_delay``, in a process whose published server args are
+    (or are not) a validated DDTREE server's."""
+    from sglang.srt.managers.min_free_slots_delayer import MinFreeSlotsDelayer
+
+    monkeypatch.setenv(admission.ENV, passes)
+    args = SimpleNamespace(speculative_algorithm="DDTREE" if ddtree else "DFLASH", speculative_ddtree_budget=15,
+                           speculative_ddtree_topk=4, speculative_dflash_block_size=16)
+    import sglang.srt.runtime_context as rc
+
+    monkeypatch.setattr(rc, "get_server_args", lambda: args)
+    delayer = MinFreeSlotsDelayer(min_free_slots=min_free_slots)
+    original = MinFreeSlotsDelayer.should_delay
+
+    def ask(running_bs, free):
+        return hooks.admission_should_delay(original, delayer, running_bs=running_bs, num_allocatable_reqs=free)
+
+    return ask
+
+
+def test_arrivals_wait_up_to_the_window_then_all_are_admitted(monkeypatch):
+    ask = _delayer(monkeypatch, passes="4")
+    # a batch of 47 runs with 17 free slots (upstream would admit at once): 4 passes held, the 5th admits
+    assert [ask(47, 17) for _ in range(5)] == [True, True, True, True, False]
+    # the next arrival opens a new window
+    assert [ask(46, 18) for _ in range(5)] == [True, True, True, True, False]
+    # nothing running: no reason to hold anyone
+    assert ask(0, 64) is False
+    # upstream's rule still holds (fewer free slots than its minimum), and its passes count toward the window
+    assert [ask(62, 2) for _ in range(6)] == [True] * 6
+    assert ask(60, 4) is False  # slots free again and the window long spent: admitted at once
+
+
+def test_upstream_alone_where_no_window_or_not_ddtree(monkeypatch):
+    for kw in (dict(passes="0"), dict(ddtree=False)):
+        ask = _delayer(monkeypatch, **kw)
+        assert [ask(47, 17) for _ in range(3)] == [False] * 3  # upstream admits
+        assert ask(62, 2) is True  # upstream delays
+
+
+def test_the_window_is_decided_once_and_logged(monkeypatch, caplog):
+    import logging
+
+    ask = _delayer(monkeypatch, passes="2")
+    with caplog.at_level(logging.INFO, logger=admission.logger.name):
+        assert [ask(10, 30) for _ in range(3)] == [True, True, False]
+    assert caplog.text.count("DDTREE admission window (SGLANG_DDTREE_ADMIT_WAIT=2, experimental)") == 1
