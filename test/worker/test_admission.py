@@ -43,7 +43,9 @@ def test_the_hook_is_registered_only_when_a_window_is_asked_for(monkeypatch):
 
 def _delayer(monkeypatch, *, ddtree=True, passes="4", min_free_slots=4):
     """Upstream's delayer with the hook around its ``should_delay``, in a process whose published server args are
-    (or are not) a validated DDTREE server's."""
+    (or are not) a validated DDTREE server's. Returns ``step(running_bs, free, waiting=True)``: one scheduler pass.
+    While requests wait the scheduler asks the delayer; a held pass (or one with nobody waiting) runs a decode round
+    (``count_round``, as the worker does), an admitting pass runs the prefill instead."""
     from sglang.srt.managers.min_free_slots_delayer import MinFreeSlotsDelayer
 
     monkeypatch.setenv(admission.ENV, passes)
@@ -55,36 +57,55 @@ def _delayer(monkeypatch, *, ddtree=True, passes="4", min_free_slots=4):
     delayer = MinFreeSlotsDelayer(min_free_slots=min_free_slots)
     original = MinFreeSlotsDelayer.should_delay
 
-    def ask(running_bs, free):
-        return hooks.admission_should_delay(original, delayer, running_bs=running_bs, num_allocatable_reqs=free)
+    def step(running_bs, free, waiting=True):
+        held = waiting and hooks.admission_should_delay(original, delayer, running_bs=running_bs,
+                                                        num_allocatable_reqs=free)
+        if not waiting or held:
+            admission.count_round()
+        return held if waiting else None
 
-    return ask
+    return step
 
 
 def test_arrivals_wait_up_to_the_window_then_all_are_admitted(monkeypatch):
-    ask = _delayer(monkeypatch, passes="4")
+    step = _delayer(monkeypatch, passes="4")
     # a batch of 47 runs with 17 free slots (upstream would admit at once): 4 passes held, the 5th admits
-    assert [ask(47, 17) for _ in range(5)] == [True, True, True, True, False]
+    assert [step(47, 17) for _ in range(5)] == [True, True, True, True, False]
+    step(48, 16, waiting=False)  # a decode round with nobody waiting
     # the next arrival opens a new window
-    assert [ask(46, 18) for _ in range(5)] == [True, True, True, True, False]
+    assert [step(46, 18) for _ in range(5)] == [True, True, True, True, False]
     # nothing running: no reason to hold anyone
-    assert ask(0, 64) is False
+    step(46, 18, waiting=False)
+    assert step(0, 64) is False
+    step(1, 63, waiting=False)
     # upstream's rule still holds (fewer free slots than its minimum), and its passes count toward the window
-    assert [ask(62, 2) for _ in range(6)] == [True] * 6
-    assert ask(60, 4) is False  # slots free again and the window long spent: admitted at once
+    assert [step(62, 2) for _ in range(6)] == [True] * 6
+    assert step(60, 4) is False  # slots free again and the window long spent: admitted at once
+
+
+def test_requests_an_admission_left_waiting_are_not_held_again(monkeypatch):
+    """A burst the prefill's token budget (or memory) cannot take at once: the rest is asked about in the very next
+    pass, before any decode round, and goes in at once; the window opens again only after a decode round."""
+    step = _delayer(monkeypatch, passes="4")
+    assert [step(40, 24) for _ in range(5)] == [True, True, True, True, False]
+    assert [step(42, 22) for _ in range(3)] == [False, False, False]  # three more prefill passes of the burst
+    step(45, 19, waiting=False)
+    assert [step(45, 19) for _ in range(5)] == [True, True, True, True, False]  # a later arrival: a new window
+    # upstream's own rule is kept for the leftovers too
+    assert step(62, 2) is True
 
 
 def test_upstream_alone_where_no_window_or_not_ddtree(monkeypatch):
     for kw in (dict(passes="0"), dict(ddtree=False)):
-        ask = _delayer(monkeypatch, **kw)
-        assert [ask(47, 17) for _ in range(3)] == [False] * 3  # upstream admits
-        assert ask(62, 2) is True  # upstream delays
+        step = _delayer(monkeypatch, **kw)
+        assert [step(47, 17) for _ in range(3)] == [False] * 3  # upstream admits
+        assert step(62, 2) is True  # upstream delays
 
 
 def test_the_window_is_decided_once_and_logged(monkeypatch, caplog):
     import logging
 
-    ask = _delayer(monkeypatch, passes="2")
+    step = _delayer(monkeypatch, passes="2")
     with caplog.at_level(logging.INFO, logger=admission.logger.name):
-        assert [ask(10, 30) for _ in range(3)] == [True, True, False]
+        assert [step(10, 30) for _ in range(3)] == [True, True, False]
     assert caplog.text.count("DDTREE admission window (SGLANG_DDTREE_ADMIT_WAIT=2, experimental)") == 1

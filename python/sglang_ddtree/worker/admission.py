@@ -21,7 +21,9 @@ How: upstream's ``MinFreeSlotsDelayer`` (built for DFLASH-family servers, DDTREE
 (registered only when the variable is set: ``worker.hooks.admission_hook_targets``) keeps upstream's answer and adds
 the window: delay while a batch runs and fewer than N passes have been delayed since the last admission, then admit
 everything waiting. Upstream's rule counts as a delayed pass too, so the two never add up to more than either.
-Servers other than DDTREE pass straight through.
+Requests an admission leaves waiting (a burst over the prefill's token budget, or memory) are asked about again in
+the very next pass, before any decode round: they are not held again (``count_round``, bumped by the worker's decode
+rounds, tells the two apart). Servers other than DDTREE pass straight through.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ ENV = "SGLANG_DDTREE_ADMIT_WAIT"
 MAX_PASSES = 64
 _WAITED = "_ddtree_admit_waited"  # on the delayer: passes delayed since the last admission
 _PASSES = "_ddtree_admit_passes"  # on the delayer: this server's window (0: not a DDTREE server)
+_ADMITTED = "_ddtree_admit_round"  # on the delayer: ``_rounds`` when it last admitted
+_rounds = 0  # decode rounds this process has run (count_round)
+
+
+def count_round() -> None:
+    """One decode round ran (the worker calls it each round; an integer increment)."""
+    global _rounds
+    _rounds += 1
 
 
 def window_passes(error=ValueError) -> int:
@@ -83,9 +93,12 @@ def should_delay(original, delayer, *, running_bs: int, num_allocatable_reqs: in
         setattr(delayer, _PASSES, passes)
     if not passes:
         return upstream
+    if getattr(delayer, _ADMITTED, None) == _rounds and not upstream:
+        return False  # left waiting by the last admission, no decode round since: not held again
     waited = getattr(delayer, _WAITED, 0)
     if upstream or (running_bs > 0 and waited < passes):
         setattr(delayer, _WAITED, waited + 1)
         return True
-    setattr(delayer, _WAITED, 0)  # admitted: the next arrival opens a new window
+    setattr(delayer, _WAITED, 0)  # admitted: the next arrival after a decode round opens a new window
+    setattr(delayer, _ADMITTED, _rounds)
     return False

@@ -41,7 +41,7 @@ from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig, chain_shaped, resolved_args
 from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
-from sglang_ddtree.worker import draft_kv_graph, fa3_tree, head_graph, hybrid, sampling, warmup
+from sglang_ddtree.worker import admission, draft_kv_graph, fa3_tree, head_graph, hybrid, sampling, warmup
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit, root_commit, root_slots
 from sglang_ddtree.worker.chain_inputs import ChainInputs
@@ -268,6 +268,7 @@ class DDTreeWorker(DFlashWorkerV2):
             batch.spec_info = DDTreeDraftInput.create_idle_input(device=self.device)
         if batch.forward_mode.is_idle():
             return self._idle_result(on_publish)
+        admission.count_round()  # the admission window's round count (an integer increment)
         return self._decode_round(batch, on_publish)
 
     def _decode_round(self, batch, on_publish) -> GenerationBatchResult:
