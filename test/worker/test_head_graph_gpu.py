@@ -29,10 +29,11 @@ def test_replayed_heads_write_what_the_eager_calls_write():
         buf = bits_buffers.setdefault(budget, torch.zeros(64 * n, num_words(n), dtype=torch.int32, device=dev))
         return buf[:tree.batch_size * n]
 
-    heads = head_graph.TreeHeads(batch_sizes=(1, 2, 4, 8, 16, 32, 64), budgets=(15, 63), depth=depth, topk=topk,
+    # budget 7 reads the draft's 15 positions with fewer levels (session 42: the heads once sized it by the budget)
+    heads = head_graph.TreeHeads(batch_sizes=(1, 2, 4, 8, 16, 32, 64), budgets=(7, 15, 63), depth=depth, topk=topk,
                                  device=dev, req_to_token=req_to_token, mask_capacity=64 * 400,
                                  slots=assign_extend_cache_locs_func, bits_for=bits_for, capture=True)
-    for bs, budget in ((64, 63), (3, 15), (17, 63), (1, 15), (40, 15), (5, 63)):
+    for bs, budget in ((64, 63), (3, 15), (17, 63), (1, 15), (40, 15), (5, 63), (6, 7), (33, 7)):
         n = budget + 1
         lp = torch.randn(bs, depth, topk, generator=g, device=dev).log_softmax(-1).sort(-1, descending=True).values
         ids = torch.randint(151_936, (bs, depth, topk), generator=g, device=dev)
