@@ -43,6 +43,8 @@
 #                                             # T > 0 on fa3 with the cycle, LEAN_HYBRID=1 the hybrid target's sharp
 #                                             # parity with auto (hybrid.sh auto's first group), LEAN_FEATURES=1 the
 #                                             # everyday-features test on fa3 with the defaults (fa3 staged)
+#     bash scripts/device/issue13.sh below    # fixed budgets below the drafter's L - 1 positions with the head graphs
+#                                             # (session 42's crash): the head GPU test and sharp fa3 parity of b3 / b7
 #     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3;
 #                                             # on by default since session 41, +headeager turns it off):
 #                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
@@ -135,6 +137,14 @@ case "${1:-}" in
       ${LEAN_SAMPLING:+"sampling=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_SAMPLING_AUTO=1 $PYT test/worker/test_sampling_gpu.py"} \
       ${LEAN_HYBRID:+"hybrid_auto=$PYT test/worker/test_hybrid_gpu.py::test_sharp_hybrid_greedy_parity[auto]"} \
       ${LEAN_FEATURES:+"features=DDTREE_TEST_BACKEND=fa3 $PYT test/worker/test_features_gpu.py"}
+    ;;
+  below)
+    # session 42: fixed budgets below the drafter's L - 1 positions with the head graphs (they crashed before
+    # ccd00a2): the head GPU test (budget 7 beside 15 / 63) and sharp parity of b3 / b7 on fa3 (fa3 staged)
+    LIM=${CMD_TIMEOUT_S:-300}
+    CMD_TIMEOUT_S=$LIM exec bash $PAR \
+      "unit=$PYT test/worker/test_head_graph_gpu.py" \
+      "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b3,sharp:dd_fa3_b7 --deadline-s $(( LIM - 30 ))"
     ;;
   head)
     LIM=${CMD_TIMEOUT_S:-540}
@@ -261,7 +271,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|lean|head|paired|gc|profile|phases|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|below|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac
