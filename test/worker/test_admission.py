@@ -102,10 +102,9 @@ def test_upstream_alone_where_no_window_or_not_ddtree(monkeypatch):
         assert step(62, 2) is True  # upstream delays
 
 
-def test_the_window_is_decided_once_and_logged(monkeypatch, caplog):
-    import logging
-
+def test_the_window_is_decided_once_per_delayer(monkeypatch):
     step = _delayer(monkeypatch, passes="2")
-    with caplog.at_level(logging.INFO, logger=admission.logger.name):
-        assert [step(10, 30) for _ in range(3)] == [True, True, False]
-    assert caplog.text.count("DDTREE admission window (SGLANG_DDTREE_ADMIT_WAIT=2, experimental)") == 1
+    assert [step(10, 30) for _ in range(3)] == [True, True, False]
+    monkeypatch.setenv(admission.ENV, "0")  # read once, at the delayer's first question
+    step(10, 30, waiting=False)
+    assert [step(10, 30) for _ in range(3)] == [True, True, False]

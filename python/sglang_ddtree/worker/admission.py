@@ -28,10 +28,7 @@ rounds, tells the two apart). Servers other than DDTREE pass straight through.
 
 from __future__ import annotations
 
-import logging
 import os
-
-logger = logging.getLogger(__name__)
 
 ENV = "SGLANG_DDTREE_ADMIT_WAIT"
 MAX_PASSES = 64
@@ -73,14 +70,7 @@ def _server_passes() -> int:
         server_args = get_server_args()
     except (ImportError, ValueError):  # not published in this process: not a DDTREE scheduler
         return 0
-    if not is_validated_ddtree_args(server_args):
-        return 0
-    passes = window_passes()
-    if passes:
-        logger.info("DDTREE admission window (%s=%d, experimental): requests arriving while a batch runs wait up to "
-                    "%d scheduler passes, so that arrivals a few rounds apart are prefilled together.", ENV, passes,
-                    passes)
-    return passes
+    return window_passes() if is_validated_ddtree_args(server_args) else 0  # the worker logs it at start
 
 
 def should_delay(original, delayer, *, running_bs: int, num_allocatable_reqs: int) -> bool:
