@@ -14,6 +14,11 @@
 #     bash scripts/device/rollout.sh faults   # KV pool too small (retraction) + server restart under load, ~7 min
 #     bash scripts/device/rollout.sh soak     # mixed soak at concurrency 64, DDTREE_SOAK_S=300 (default here), ~8 min
 #     bash scripts/device/rollout.sh fail     # only the failing server's wait-healthy check (~1-2 min with the start)
+#     bash scripts/device/rollout.sh admit    # the admission window's serving A/B (session 42, experimental): plain,
+#                                             # DDTREE budget 63, DDTREE budget 63 with SGLANG_DDTREE_ADMIT_WAIT=4
+#                                             # (ADMIT_WAIT overrides), bench_serving at c 16 / 48 (ADMIT_CONCURRENCY),
+#                                             # one output length, 3 repetitions: tok/s and what the window costs in
+#                                             # TTFT, ~6 min (fa3 staged)
 #     bash scripts/device/rollout.sh restart_soak   # the restart (DDTREE_RESTART_LOAD_S=120) then a shorter soak
 #                                             # (DDTREE_SOAK_S=200), one after the other (the soak samples the whole
 #                                             # GPU's memory: no other server may start beside it), ~8 min
@@ -52,8 +57,8 @@ case "${1:-}" in
     DDTREE_RESTART_LOAD_S=${DDTREE_RESTART_LOAD_S:-120} DDTREE_SOAK_S=${DDTREE_SOAK_S:-200} SUITE=restart_soak \
       FILE_TIMEOUT=${FILE_TIMEOUT:-330} exec bash scripts/device/gpu_suite.sh \
       "test/worker/test_faults_gpu.py@restart" "test/worker/test_faults_gpu.py@soak" ;;
-  ""|fail) ;;
-  *) echo "usage: bash scripts/device/rollout.sh [faults|soak|restart_soak|fail]" >&2; exit 2 ;;
+  ""|fail|admit) ;;
+  *) echo "usage: bash scripts/device/rollout.sh [faults|soak|restart_soak|fail|admit]" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT/plots" "$OUT/logs"
 # shellcheck disable=SC1091
@@ -62,6 +67,36 @@ read -r TGT DRF <<< "$(python3 -c "from sglang_ddtree.fixtures import tiny_pair_
 BACKEND=triton
 python3 -c "from sgl_kernel import flash_ops" 2>/dev/null && BACKEND=fa3
 COMMON="--model-path $TGT --dtype bfloat16 --mem-fraction-static 0.3 --context-length 2048 --max-total-tokens 65536 --cuda-graph-max-bs-decode 16 --log-level warning"
+if [ "${1:-}" = admit ]; then
+  # the tiny pair at up to 64 requests (graphs to 64), every server alive at once, the log at INFO for the window's
+  # start-up line and the prefill batches (grep -c 'Prefill batch' logs/*.log)
+  COMMON="--model-path $TGT --dtype bfloat16 --mem-fraction-static 0.2 --context-length 2048 --max-total-tokens 65536 --cuda-graph-max-bs-decode 64 --max-running-requests 64 --log-level info"
+  python3 -m sglang.launch_server $COMMON --port 30002 > "$OUT/logs/plain.log" 2>&1 &
+  P2=$!
+  python3 -m sglang.launch_server $COMMON --port 30001 --speculative-algorithm DDTREE \
+    --speculative-draft-model-path "$DRF" --speculative-ddtree-budget 63 > "$OUT/logs/ddtree.log" 2>&1 &
+  P1=$!
+  SGLANG_DDTREE_ADMIT_WAIT=${ADMIT_WAIT:-4} python3 -m sglang.launch_server $COMMON --port 30003 \
+    --speculative-algorithm DDTREE --speculative-draft-model-path "$DRF" --speculative-ddtree-budget 63 \
+    > "$OUT/logs/ddtree_admit.log" 2>&1 &
+  P3=$!
+  for spec in "30002 $P2 plain" "30001 $P1 ddtree" "30003 $P3 ddtree_admit"; do
+    read -r port pid name <<< "$spec"
+    python3 -m sglang_ddtree wait-healthy --url "http://127.0.0.1:$port" --pid "$pid" --log "$OUT/logs/$name.log" \
+      --timeout 300 --progress-every 30
+    echo "[rollout] wait-healthy $name rc=$?"
+  done
+  timeout 330 python3 benchmark/bench_serving.py --endpoint plain=http://127.0.0.1:30002 \
+    --endpoint ddtree_b63=http://127.0.0.1:30001 --endpoint "ddtree_b63_admit${ADMIT_WAIT:-4}=http://127.0.0.1:30003" \
+    --concurrency "${ADMIT_CONCURRENCY:-16,48}" --max-new-tokens 128 --repeats 3 --out "$OUT/serving_admit.json"
+  echo "[rollout] bench_serving rc=$?"
+  kill "$P1" "$P2" "$P3" 2>/dev/null
+  wait 2>/dev/null
+  grep -c 'Prefill batch' "$OUT"/logs/*.log
+  grep -h 'admission window' "$OUT"/logs/*.log | head -2
+  (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf plots logs)
+  exit 0
+fi
 if [ "${1:-}" = fail ]; then
   failing_server
   (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf plots logs)
