@@ -88,7 +88,8 @@ if [ "${1:-}" = admit ]; then
   done
   timeout 330 python3 benchmark/bench_serving.py --endpoint plain=http://127.0.0.1:30002 \
     --endpoint ddtree_b63=http://127.0.0.1:30001 --endpoint "ddtree_b63_admit${ADMIT_WAIT:-4}=http://127.0.0.1:30003" \
-    --concurrency "${ADMIT_CONCURRENCY:-16,48}" --max-new-tokens 128 --repeats 3 --out "$OUT/serving_admit.json"
+    --concurrency "${ADMIT_CONCURRENCY:-16,48}" --requests-per-level 128 --max-new-tokens 128 --repeats 3 \
+    --out "$OUT/serving_admit.json"
   echo "[rollout] bench_serving rc=$?"
   kill "$P1" "$P2" "$P3" 2>/dev/null
   wait 2>/dev/null
