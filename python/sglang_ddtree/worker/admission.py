@@ -15,7 +15,7 @@ the window pays once it gathers more than one arrival. It costs time to first to
 arriving while a batch runs (none when nothing runs).
 
 How: upstream's ``MinFreeSlotsDelayer`` (built for DFLASH-family servers, DDTREE included, when
-``--max-running-requests`` >= 8) holds prefills until 2-4 request slots are free, counted against
+``--max-running-requests`` >= 8 and ``--min-free-slots-delay`` is unset or > 1; without it there is no window) holds prefills until 2-4 request slots are free, counted against
 ``--max-running-requests``, so a server whose load stays below that limit never waits. The scheduler asks its
 ``should_delay`` once a pass while requests wait (never during a chunked prefill); this module's AROUND hook
 (registered only when the variable is set: ``worker.hooks.admission_hook_targets``) keeps upstream's answer and adds
