@@ -108,3 +108,14 @@ def test_the_window_is_decided_once_per_delayer(monkeypatch):
     monkeypatch.setenv(admission.ENV, "0")  # read once, at the delayer's first question
     step(10, 30, waiting=False)
     assert [step(10, 30) for _ in range(3)] == [True, True, False]
+
+
+def test_the_start_line_says_the_window_or_why_there_is_none(monkeypatch):
+    import logging
+
+    monkeypatch.setenv(admission.ENV, "4")
+    level, line = admission.start_line(64, None)
+    assert level == logging.INFO and line.startswith("DDTREE admission window (SGLANG_DDTREE_ADMIT_WAIT=4, experimental)")
+    for max_running, user in ((4, None), (64, 1), (64, 0)):  # upstream builds no delayer: no window either
+        level, line = admission.start_line(max_running, user)
+        assert level == logging.WARNING and "SGLANG_DDTREE_ADMIT_WAIT=4 has no effect here" in line, (max_running, user)

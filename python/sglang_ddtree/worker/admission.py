@@ -28,7 +28,9 @@ rounds, tells the two apart). Servers other than DDTREE pass straight through.
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import Tuple
 
 ENV = "SGLANG_DDTREE_ADMIT_WAIT"
 MAX_PASSES = 64
@@ -58,6 +60,21 @@ def window_passes(error=ValueError) -> int:
         raise error(f"{ENV}={raw!r}: use the scheduler passes (about decode rounds) an arrival may wait while a "
                     f"batch runs, 1 .. {MAX_PASSES}, or 0 for no window.")
     return passes
+
+
+def start_line(max_running_requests: int, min_free_slots_delay) -> Tuple[int, str]:
+    """(logging level, message) for the worker's start-up log when ``ENV`` sets a window: INFO with the window, or a
+    WARNING where upstream builds no delayer here (``resolve_min_free_slots`` of this server), so no window either."""
+    from sglang.srt.managers.min_free_slots_delayer import resolve_min_free_slots
+
+    passes = window_passes()
+    if resolve_min_free_slots(min_free_slots_delay, int(max_running_requests), is_dflash_family=True) is None:
+        return logging.WARNING, (
+            f"DDTREE: {ENV}={passes} has no effect here: upstream builds no prefill delayer with max running requests "
+            f"{int(max_running_requests)} (< 8) or --min-free-slots-delay {min_free_slots_delay} (<= 1).")
+    return logging.INFO, (
+        f"DDTREE admission window ({ENV}={passes}, experimental): requests arriving while a batch runs wait up to "
+        f"{passes} scheduler passes, so that arrivals a few rounds apart are prefilled together.")
 
 
 def _server_passes() -> int:

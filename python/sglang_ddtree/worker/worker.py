@@ -93,9 +93,8 @@ class DDTreeWorker(DFlashWorkerV2):
                 config.max_depth, config.reserve_per_decode, describe_select(self._eager_head.select),
             )
             if admission.window_passes():
-                logger.info("DDTREE admission window (%s=%d, experimental): requests arriving while a batch runs wait "
-                            "up to %d scheduler passes, so that arrivals a few rounds apart are prefilled together.",
-                            admission.ENV, admission.window_passes(), admission.window_passes())
+                logger.log(*admission.start_line(self.target_worker.model_runner.max_running_requests,
+                                                 getattr(server_args, "min_free_slots_delay", None)))
 
     # ---- set-up hooks of DFlashWorkerV2 -------------------------------------------------------
     def _make_head(self, max_bs: int):
