@@ -123,7 +123,7 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
            "admission window hook (worker.admission; worker.hooks.ADMISSION_HOOK_TARGETS, SGLANG_DDTREE_ADMIT_WAIT)",
            MEMBER),
     _params("sglang.srt.managers.min_free_slots_delayer.MinFreeSlotsDelayer.should_delay",
-            "self, running_bs, num_allocatable_reqs", "keyword names the admission hook passes on"),
+            "running_bs, num_allocatable_reqs", "keyword names the admission hook passes on"),
     Symbol("sglang.srt.managers.min_free_slots_delayer.resolve_min_free_slots",
            "admission.start_line: whether this server has a delayer (so a window)"),
     _params("sglang.srt.managers.min_free_slots_delayer.resolve_min_free_slots",
