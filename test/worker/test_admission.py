@@ -119,3 +119,21 @@ def test_the_start_line_says_the_window_or_why_there_is_none(monkeypatch):
     for max_running, user in ((4, None), (64, 1), (64, 0)):  # upstream builds no delayer: no window either
         level, line = admission.start_line(max_running, user)
         assert level == logging.WARNING and "SGLANG_DDTREE_ADMIT_WAIT=4 has no effect here" in line, (max_running, user)
+
+
+def test_the_hook_wraps_upstreams_method_as_the_registry_applies_it(monkeypatch):
+    """Through SGLang's own ``HookRegistry`` patching (as ``load_plugins`` applies ``install_hooks``' registrations),
+    the scheduler's call ``delayer.should_delay(running_bs=..., num_allocatable_reqs=...)`` reaches the window."""
+    from sglang.srt.managers.min_free_slots_delayer import MinFreeSlotsDelayer
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from sglang_ddtree.compat import adapter
+
+    monkeypatch.setattr(MinFreeSlotsDelayer, "should_delay", MinFreeSlotsDelayer.should_delay)  # restored after
+    _delayer(monkeypatch, passes="2")  # the env and the published DDTREE server args
+    (target, hook), = hooks.admission_hook_targets().items()
+    HookRegistry._apply_target(target, [(HookType.AROUND, adapter().adapt_hook(target, hook), None)])
+    delayer = MinFreeSlotsDelayer(min_free_slots=4)
+    asked = [delayer.should_delay(running_bs=20, num_allocatable_reqs=44) for _ in range(3)]
+    assert asked == [True, True, False]
+    assert delayer.should_delay(running_bs=62, num_allocatable_reqs=2) is True  # upstream's own rule
