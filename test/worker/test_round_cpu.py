@@ -241,7 +241,6 @@ class Harness:
 def _counting_heads(harness, w, batch_sizes, mask_capacity):
     """``head_graph.TreeHeads`` as the worker builds it (``_init_heads``), over the harness's stand-ins, without
     graphs (each head runs its calls eagerly over the same static buffers); every use is noted in the round."""
-    from sglang_ddtree.config import chain_shaped
     from sglang_ddtree.worker import fa3_tree, head_graph
     from sglang_ddtree.worker import worker as worker_mod
 
@@ -250,10 +249,8 @@ def _counting_heads(harness, w, batch_sizes, mask_capacity):
             harness._round["head"] = size
             return super().__call__(size, bs, *args)
 
-    config = harness.config
-    return CountingHeads(
-        batch_sizes=batch_sizes, depth=config.draft_positions, topk=config.topk, device="cpu",
-        budgets=[b for b in config.buckets if not chain_shaped(b) and not config.verifies_causally(b)],
+    return head_graph.for_config(
+        harness.config, heads_class=CountingHeads, batch_sizes=batch_sizes, device="cpu",
         req_to_token=harness.req_to_token, mask_capacity=mask_capacity,
         slots=worker_mod.assign_extend_cache_locs_func,  # the fixture's stand-in
         bits_for=lambda tree, budget: fa3_tree.round_bits_out(tree, w.model_runner.attn_backend),

@@ -82,6 +82,22 @@ def _rows(tree: Tree, bs: int) -> Tree:
                 max_depth=tree.max_depth)
 
 
+def tree_buckets(config) -> list:
+    """The buckets of ``config`` a head covers: the tree-shaped ones (width 0 and the chain keep their constant
+    structure, ``chain_inputs``; a causal verify has no tree)."""
+    from sglang_ddtree.config import chain_shaped
+
+    return [b for b in config.buckets if not chain_shaped(b) and not config.verifies_causally(b)]
+
+
+def for_config(config, *, heads_class=None, **kw) -> "TreeHeads":
+    """The heads of a server with ``config``: its tree buckets, inputs as wide as the draft's positions (L - 1, not
+    ``max_depth``: a budget below L - 1 reaches fewer levels, but the build reads every position) and its top-K;
+    ``kw`` the rest of ``TreeHeads``' arguments. ``heads_class``: a ``TreeHeads`` subclass (tests)."""
+    return (heads_class or TreeHeads)(budgets=tree_buckets(config), depth=config.draft_positions, topk=config.topk,
+                                      **kw)
+
+
 class TreeHeads:
     """The captured heads of one server: per (captured batch size B, tree bucket budget b) the head over static
     inputs of B rows. ``slots`` is upstream's ``assign_extend_cache_locs_func`` (the worker's), ``bits_for(tree,

@@ -160,8 +160,7 @@ class DDTreeWorker(DFlashWorkerV2):
         why = ("the target verifies without DDTREE's fused tree attention on fa3" if not self._fa3_tree_bits else
                "no verify CUDA graphs" if not batch_sizes else "tp > 1" if get_tp_group().world_size > 1 else
                "a hybrid target" if self._hybrid else None)
-        budgets = [b for b in self.config.buckets if not chain_shaped(b) and not self.config.verifies_causally(b)]
-        if why is None and not budgets:
+        if why is None and not head_graph.tree_buckets(self.config):
             why = "no tree bucket"
         if why is not None:
             if rank0 and head_graph.requested():
@@ -175,9 +174,8 @@ class DDTreeWorker(DFlashWorkerV2):
         def bits_for(tree, budget):
             return fa3_tree.round_bits_out(tree, self.target_worker.model_runner.attn_backend)
 
-        heads = head_graph.TreeHeads(  # depth: the draft's positions, not max_depth (a budget below L-1: fewer levels)
-            batch_sizes=batch_sizes, budgets=budgets, depth=self.config.draft_positions, topk=self.config.topk,
-            device=self.device, req_to_token=mr.req_to_token_pool.req_to_token,
+        heads = head_graph.for_config(
+            self.config, batch_sizes=batch_sizes, device=self.device, req_to_token=mr.req_to_token_pool.req_to_token,
             mask_capacity=int(mr.max_total_num_tokens), slots=assign_extend_cache_locs_func, bits_for=bits_for,
             backend_for=self._widths.active if self._widths is not None else None)
         if rank0:
