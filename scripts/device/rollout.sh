@@ -46,6 +46,17 @@ PY
   echo "[rollout] server log last written $(( $(date +%s) - $(stat -c %Y "$OUT/logs/bad.log") )) s before wait-healthy's verdict was printed"
   kill "$pb" 2>/dev/null
 }
+# await_servers "PORT PID NAME" ...: wait-healthy on each (its log under $OUT/logs/NAME.log), the verdict printed
+await_servers() {
+  local spec port pid name t0
+  for spec in "$@"; do
+    read -r port pid name <<< "$spec"
+    t0=$(date +%s)
+    python3 -m sglang_ddtree wait-healthy --url "http://127.0.0.1:$port" --pid "$pid" --log "$OUT/logs/$name.log" \
+      --timeout 300 --progress-every 30
+    echo "[rollout] wait-healthy $name rc=$? after $(( $(date +%s) - t0 )) s"
+  done
+}
 case "${1:-}" in
   faults)
     SUITE=faults FILE_TIMEOUT=570 exec bash scripts/device/gpu_suite.sh \
@@ -80,12 +91,7 @@ if [ "${1:-}" = admit ]; then
     --speculative-algorithm DDTREE --speculative-draft-model-path "$DRF" --speculative-ddtree-budget 63 \
     > "$OUT/logs/ddtree_admit.log" 2>&1 &
   P3=$!
-  for spec in "30002 $P2 plain" "30001 $P1 ddtree" "30003 $P3 ddtree_admit"; do
-    read -r port pid name <<< "$spec"
-    python3 -m sglang_ddtree wait-healthy --url "http://127.0.0.1:$port" --pid "$pid" --log "$OUT/logs/$name.log" \
-      --timeout 300 --progress-every 30
-    echo "[rollout] wait-healthy $name rc=$?"
-  done
+  await_servers "30002 $P2 plain" "30001 $P1 ddtree" "30003 $P3 ddtree_admit"
   timeout 330 python3 benchmark/bench_serving.py --endpoint plain=http://127.0.0.1:30002 \
     --endpoint ddtree_b63=http://127.0.0.1:30001 --endpoint "ddtree_b63_admit${ADMIT_WAIT:-4}=http://127.0.0.1:30003" \
     --concurrency "${ADMIT_CONCURRENCY:-16,48}" --requests-per-level 128 --max-new-tokens 128 --repeats 3 \
@@ -113,13 +119,7 @@ P1=$!
 # the plain target: shadow_compare's --reference, which classifies each divergence by its log-probs
 python3 -m sglang.launch_server $COMMON --mem-fraction-static 0.15 --port 30002 > "$OUT/logs/plain.log" 2>&1 &
 P2=$!
-for spec in "30000 $P0 dflash" "30001 $P1 ddtree" "30002 $P2 plain"; do
-  read -r port pid name <<< "$spec"
-  t0=$(date +%s)
-  python3 -m sglang_ddtree wait-healthy --url "http://127.0.0.1:$port" --pid "$pid" --log "$OUT/logs/$name.log" \
-    --timeout 300 --progress-every 30
-  echo "[rollout] wait-healthy $name rc=$? after $(( $(date +%s) - t0 )) s"
-done
+await_servers "30000 $P0 dflash" "30001 $P1 ddtree" "30002 $P2 plain"
 timeout 300 python3 benchmark/bench_serving.py --endpoint "dflash_$BACKEND=http://127.0.0.1:30000" \
   --endpoint ddtree=http://127.0.0.1:30001 --concurrency 1,4,16 --max-new-tokens 128 --repeats 2 \
   --out "$OUT/serving.json" --plot-dir "$OUT/plots"
