@@ -92,9 +92,6 @@ class DDTreeWorker(DFlashWorkerV2):
                 config.budget, config.topk, config.block_size, config.num_verify_tokens,
                 config.max_depth, config.reserve_per_decode, describe_select(self._eager_head.select),
             )
-            if admission.window_passes():
-                logger.log(*admission.start_line(self.target_worker.model_runner.max_running_requests,
-                                                 getattr(server_args, "min_free_slots_delay", None)))
 
     # ---- set-up hooks of DFlashWorkerV2 -------------------------------------------------------
     def _make_head(self, max_bs: int):
@@ -120,7 +117,14 @@ class DDTreeWorker(DFlashWorkerV2):
     # graph capture wrote past its buffers (illegal address on the H200, SGLang 0.5.17, session 13).
     def alloc_memory_pool(self, *args, **kwargs):
         with adapter().drafter_widths(self.config):
-            return super().alloc_memory_pool(*args, **kwargs)
+            out = super().alloc_memory_pool(*args, **kwargs)
+        # the admission window's start-up line needs max running requests, which the target's pool (allocated by the
+        # scheduler after this worker's __init__, before this call) sets
+        if admission.window_passes() and get_tp_group().rank_in_group == 0:
+            mr = self.target_worker.model_runner
+            logger.log(*admission.start_line(mr.max_running_requests,
+                                             getattr(mr.server_args, "min_free_slots_delay", None)))
+        return out
 
     def init_attention_backends(self):
         with adapter().drafter_widths(self.config):
