@@ -14,7 +14,8 @@
 #                                             # size and repetition) / _SCHEDULE / _NEW_TOKENS (64) /
 #                                             # _LENGTH_SPREAD (0: one length for every request) / _BASES
 #                                             # (dflash+fa3,plain+fa3: name them as in PAIRED_CONFIGS, e.g. with
-#                                             # +loginfo, whose INFO log counts prefill batches) override)
+#                                             # +loginfo, whose INFO log counts prefill batches) override;
+#                                             # PAIRED_PHASES=1 sums the +phases / +split configs' phase times)
 #     bash scripts/device/issue13.sh profile  # tiny pair at PROFILE_BS (default 16): AR, auto pinned to width 0, budgets
 #                                             # 15 / 63, auto timed and profiled, each trace analysed (where a round's
 #                                             # host time goes; a width-0 round against AR's step)
@@ -45,6 +46,9 @@
 #                                             # everyday-features test on fa3 with the defaults (fa3 staged)
 #     bash scripts/device/issue13.sh below    # fixed budgets below the drafter's L - 1 positions with the head graphs
 #                                             # (session 42's crash): the head GPU test and sharp fa3 parity of b3 / b7
+#     bash scripts/device/issue13.sh features # budget auto through the everyday-features test (it had only run fixed
+#                                             # budgets; auto as the default waits on it): fa3 and triton side by
+#                                             # side, DDTREE_TEST_BUDGET=auto (FEATURES_BUDGET overrides; fa3 staged)
 #     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3;
 #                                             # on by default since session 41, +headeager turns it off):
 #                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
@@ -146,6 +150,14 @@ case "${1:-}" in
       "unit=$PYT test/worker/test_head_graph_gpu.py" \
       "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b3,sharp:dd_fa3_b7 --deadline-s $(( LIM - 30 ))"
     ;;
+  features)
+    # session 43: the everyday features (batching, radix cache, chunked prefill, stops, aborts, long prompts, the
+    # HTTP server and /metrics) with budget auto, on both backends auto runs on; each engine takes 0.4 of the GPU
+    LIM=${CMD_TIMEOUT_S:-570}
+    CMD_TIMEOUT_S=$LIM exec bash $PAR \
+      "features_fa3=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_BUDGET=${FEATURES_BUDGET:-auto} $PYT test/worker/test_features_gpu.py" \
+      "features_triton=DDTREE_TEST_BACKEND=triton DDTREE_TEST_BUDGET=${FEATURES_BUDGET:-auto} $PYT test/worker/test_features_gpu.py"
+    ;;
   head)
     LIM=${CMD_TIMEOUT_S:-540}
     if [ -z "${HEAD_PAIRED:-}" ]; then
@@ -182,12 +194,21 @@ case "${1:-}" in
       BASES=${PAIRED_BASES:-dflash+fa3,plain+fa3} BS=${PAIRED_BS:-1,4,16,48,64} REPS=${PAIRED_REPEATS:-2} PROMPTS=${PAIRED_PROMPTS:-64} TIMEOUT=${PAIRED_TIMEOUT_S:-570}
       NAME=paired_auto.json
     fi
+    # PAIRED_PHASES=1: configs with +phases / +split write their scheduler's phase times under $OUT/phases, summed up
+    # side by side after the run (over each engine's whole life, every batch size: give one PAIRED_BS); its
+    # non-decode rows are the prefill iterations, where one output length costs a speculative engine (session 43)
+    [ -n "${PAIRED_PHASES:-}" ] && export DDTREE_BENCH_PHASES_DIR="$OUT/phases"
     # shellcheck disable=SC2086
     timeout -k 10 "$TIMEOUT" python3 benchmark/bench_paired.py --log-dir "$OUT/paired_logs" $P --configs "$CONFIGS" \
       --baselines "$BASES" --bs "$BS" --repeats "$REPS" --num-prompts "$PROMPTS" --max-new-tokens "${PAIRED_NEW_TOKENS:-64}" \
       --length-spread "${PAIRED_LENGTH_SPREAD:-0}" \
       --schedule "${PAIRED_SCHEDULE:-waves}" --out "$OUT/$NAME" 2>&1 | grep -v "GC start\|GC end" | tail -n 60
     [ "$1" = gc ] && python3 benchmark/gc_log_summary.py "$OUT"/paired_logs/engine_*.log --json "$OUT/gc_summary.json"
+    if [ -n "${PAIRED_PHASES:-}" ]; then
+      python3 benchmark/phase_times_summary.py "$OUT/phases" --json "$OUT/phase_times.json" > "$OUT/phase_times.txt" 2>&1
+      tail -n 80 "$OUT/phase_times.txt"
+      (cd "$OUT" && tar -czf phases.tar.gz phases && rm -rf phases)
+    fi
     (cd "$OUT" && tar -czf paired_logs.tar.gz paired_logs && rm -rf paired_logs)  # <= 8 files come back
     ls -la "$OUT"
     ;;
@@ -271,7 +292,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|lean|below|head|paired|gc|profile|phases|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|below|features|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac

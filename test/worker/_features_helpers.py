@@ -3,7 +3,7 @@ plumbing its checks share (loading the records, the float32 near-tie rule, plugi
 
     python test/worker/_features_helpers.py --phase ddtree|chunked|plain --out DIR [--fake]
 
-``ddtree`` (DDTREE, budget 64) and ``chunked`` (the same with ``chunked_prefill_size=64``) run their scenarios
+``ddtree`` (DDTREE, budget 64 or ``DDTREE_TEST_BUDGET``) and ``chunked`` (the same with ``chunked_prefill_size=64``) run their scenarios
 and append one JSON line per scenario to ``DIR/<phase>.jsonl`` as soon as it finishes, so a crash keeps what
 ran before it. ``plain`` (no speculation) replays every request the DDTREE phases recorded, scenario by
 scenario, with the same input ids, sampling params, order and cache flushes: the reference.
@@ -28,9 +28,9 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from _gpu_backend import test_backend, test_tp_size  # noqa: E402
+from _gpu_backend import test_backend, test_budget, test_tp_size  # noqa: E402
 CONTEXT = 1024
-BUDGET, TOPK = 64, 8
+BUDGET, TOPK = test_budget(), 8  # DDTREE_TEST_BUDGET (default 64; auto / auto:N for budget auto)
 COMMON = dict(dtype="bfloat16", mem_fraction_static=0.4, context_length=CONTEXT, max_total_tokens=65536,
               sampling_backend="pytorch", cuda_graph_max_bs_decode=16, attention_backend=test_backend(),
               tp_size=test_tp_size(), log_level="error")

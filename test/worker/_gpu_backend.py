@@ -1,7 +1,8 @@
 """The target attention backend of the engine-level GPU tests that run one backend at a time
 (sampling, everyday features, observability): ``DDTREE_TEST_BACKEND`` = triton (default) | flashinfer | fa3,
 e.g. ``DDTREE_TEST_BACKEND=fa3 python -m pytest -m gpu test/worker/test_sampling_gpu.py``; their tensor-parallel
-size: ``DDTREE_TEST_TP`` = 1 (default) | N (N GPUs: the tests skip, saying so, where fewer are visible); and whether
+size: ``DDTREE_TEST_TP`` = 1 (default) | N (N GPUs: the tests skip, saying so, where fewer are visible); the
+everyday-features test's DDTREE budget: ``DDTREE_TEST_BUDGET`` = 64 (default) | N | auto | auto:N; and whether
 fa3's kernel library is there (``fa3_status``, for the tests that cover every backend)."""
 
 import os
@@ -27,6 +28,21 @@ def test_tp_size() -> int:
 
 
 test_tp_size.__test__ = False
+
+
+def test_budget():
+    """``DDTREE_TEST_BUDGET``: the ``--speculative-ddtree-budget`` of the everyday-features test's DDTREE engines, an
+    integer (default 64) or ``auto`` / ``auto:N``, checked as the server checks the flag."""
+    from sglang_ddtree.config import DDTreeArgumentError, check_budget
+
+    raw = os.environ.get("DDTREE_TEST_BUDGET", "64").strip() or "64"
+    try:
+        return check_budget(int(raw) if raw.isdigit() else raw, allow_auto=True)
+    except DDTreeArgumentError as e:
+        raise ValueError(f"DDTREE_TEST_BUDGET={raw!r}: {e}") from None
+
+
+test_budget.__test__ = False
 
 
 def tp_skip_reason(tp=None):

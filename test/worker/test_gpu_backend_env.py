@@ -35,3 +35,15 @@ def test_tp_size_default_values_and_skip(monkeypatch):
     assert g.test_tp_size() == 2 and g.tp_skip_reason() == "DDTREE_TEST_TP=2 needs 2 CUDA GPUs, 1 visible"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert g.tp_skip_reason() is None
+
+
+def test_budget_default_values_and_bad_value(monkeypatch):
+    monkeypatch.delenv("DDTREE_TEST_BUDGET", raising=False)
+    assert g.test_budget() == 64
+    for raw, want in (("15", 15), ("auto", "auto"), ("AUTO", "auto"), ("auto:31", "auto:31")):
+        monkeypatch.setenv("DDTREE_TEST_BUDGET", raw)
+        assert g.test_budget() == want, raw
+    for bad in ("0", "2000", "fast", "auto:0", "-3"):
+        monkeypatch.setenv("DDTREE_TEST_BUDGET", bad)
+        with pytest.raises(ValueError, match=f"DDTREE_TEST_BUDGET='{bad}': --speculative-ddtree-budget"):
+            g.test_budget()
