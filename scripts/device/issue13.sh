@@ -49,6 +49,10 @@
 #     bash scripts/device/issue13.sh features # budget auto through the everyday-features test (it had only run fixed
 #                                             # budgets; auto as the default waits on it): fa3 and triton side by
 #                                             # side, DDTREE_TEST_BUDGET=auto (FEATURES_BUDGET overrides; fa3 staged)
+#     bash scripts/device/issue13.sh defaultstart  # what budget auto as the default would cost a server at start: one
+#                                             # launch_server at a time at the Qwen3-8B shape (dummy weights) with
+#                                             # SGLang's own memory fraction and graph sizes, budget auto then 64
+#                                             # (DEFAULTSTART_BUDGETS): start-up time, memory, one request served
 #     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3;
 #                                             # on by default since session 41, +headeager turns it off):
 #                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
@@ -157,6 +161,40 @@ case "${1:-}" in
     CMD_TIMEOUT_S=$LIM exec bash $PAR \
       "features_fa3=DDTREE_TEST_BACKEND=fa3 DDTREE_TEST_BUDGET=${FEATURES_BUDGET:-auto} $PYT test/worker/test_features_gpu.py" \
       "features_triton=DDTREE_TEST_BACKEND=triton DDTREE_TEST_BUDGET=${FEATURES_BUDGET:-auto} $PYT test/worker/test_features_gpu.py"
+    ;;
+  defaultstart)
+    # session 43: auto's graphs per bucket count against the memory SGLang leaves outside --mem-fraction-static; a
+    # default must start where a fixed budget starts. Triton (nothing staged needed) unless DEFAULTSTART_BACKEND.
+    OUT=${OUT:-/tmp/defaultstart_out}
+    mkdir -p "$OUT/logs"
+    read -r T D < <(python3 -c "import sys; sys.path.insert(0, 'benchmark'); from bench_shape import write_shape; print(*write_shape(sys.argv[1], 'qwen3-8b'))" /tmp/ds_models)
+    for b in ${DEFAULTSTART_BUDGETS:-auto 64}; do
+      log="$OUT/logs/budget_$b.log"
+      t0=$(date +%s)
+      # shellcheck disable=SC2086
+      setsid python3 -m sglang.launch_server --model-path "$T" --load-format dummy --skip-tokenizer-init \
+        --port 30010 --speculative-algorithm DDTREE --speculative-draft-model-path "$D" \
+        --speculative-ddtree-budget "$b" ${DEFAULTSTART_BACKEND:+--attention-backend $DEFAULTSTART_BACKEND} \
+        --log-level info > "$log" 2>&1 &
+      pid=$!
+      # wait-healthy's probe sends text, and a dummy shape has no tokenizer (--skip-tokenizer-init): poll by ids
+      served=""
+      while [ $(( $(date +%s) - t0 )) -lt 420 ] && kill -0 "$pid" 2>/dev/null; do
+        served=$(curl -s -m 60 http://127.0.0.1:30010/generate -H 'Content-Type: application/json' \
+          -d '{"input_ids": [1000, 2000, 3000, 4000], "sampling_params": {"max_new_tokens": 32, "temperature": 0}}' \
+          | grep -o '"output_ids": *\[[^]]*\]' | head -c 200) && [ -n "$served" ] && break
+        sleep 5
+      done
+      echo "[defaultstart] budget $b: $( [ -n "$served" ] && echo "served 32 tokens" || echo "NOT serving (process alive: $(kill -0 "$pid" 2>/dev/null && echo yes || echo no))" ) after $(( $(date +%s) - t0 )) s: $served"
+      grep -E "mem_fraction_static=|KV Cache is allocated|Capture .*end|DDTREE auto: (verify width|buckets)|Memory pool end|max_running_requests|Traceback|out of memory|OutOfMemory" \
+        "$log" | sed 's/server_args=.*mem_fraction_static=\([0-9.]*\).*max_running_requests=\([0-9None]*\).*/server_args: mem_fraction_static=\1 max_running_requests=\2/' \
+        | cut -c1-220 | tail -n 30
+      kill -TERM -- "-$pid" 2>/dev/null
+      sleep 15
+      kill -KILL -- "-$pid" 2>/dev/null
+    done
+    (cd "$OUT" && tar -czf logs.tar.gz logs && rm -rf logs)
+    ls -la "$OUT"
     ;;
   head)
     LIM=${CMD_TIMEOUT_S:-540}
@@ -292,7 +330,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|lean|below|features|head|paired|gc|profile|phases|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|below|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac
