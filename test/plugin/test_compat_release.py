@@ -425,6 +425,7 @@ def test_the_admission_line_is_logged_once_the_targets_pool_exists(monkeypatch, 
     pool allocation sets after the draft worker's ``__init__`` (read there, the engine died at start: 'ModelRunner'
     object has no attribute 'max_running_requests', H100, session 43). So the draft worker's own
     ``alloc_memory_pool``, which the scheduler calls after the target's, logs it."""
+    import contextlib
     import logging
     import types
 
@@ -433,8 +434,6 @@ def test_the_admission_line_is_logged_once_the_targets_pool_exists(monkeypatch, 
     from sglang_ddtree.config import DDTreeConfig
     from sglang_ddtree.worker import admission
     from sglang_ddtree.worker import worker as worker_mod
-
-    import contextlib
 
     monkeypatch.setattr(DFlashWorkerV2, "alloc_memory_pool", lambda self, *args, **kwargs: "pools")
     # the drafter's widths scope (tested above) needs a published spec from 0.5.17; not this test's subject

@@ -3,10 +3,11 @@ plumbing its checks share (loading the records, the float32 near-tie rule, plugi
 
     python test/worker/_features_helpers.py --phase ddtree|chunked|plain --out DIR [--fake]
 
-``ddtree`` (DDTREE, budget 64 or ``DDTREE_TEST_BUDGET``) and ``chunked`` (the same with ``chunked_prefill_size=64``) run their scenarios
-and append one JSON line per scenario to ``DIR/<phase>.jsonl`` as soon as it finishes, so a crash keeps what
-ran before it. ``plain`` (no speculation) replays every request the DDTREE phases recorded, scenario by
-scenario, with the same input ids, sampling params, order and cache flushes: the reference.
+``ddtree`` (DDTREE, budget 64 or ``DDTREE_TEST_BUDGET``) and ``chunked`` (the same with
+``chunked_prefill_size=64``) run their scenarios and append one JSON line per scenario to ``DIR/<phase>.jsonl`` as
+soon as it finishes, so a crash keeps what ran before it. ``plain`` (no speculation) replays every request the
+DDTREE phases recorded, scenario by scenario, with the same input ids, sampling params, order and cache flushes:
+the reference.
 ``--fake`` swaps the engine for the float32 reference target on CPU (greedy; SGLang's length / stop / abort /
 context-limit / prefix-cache semantics imitated; the "DDTREE" fakes flip float32 near-ties on purpose) to
 dry-run this plumbing and the test module's checks without a GPU (``SGLANG_DDTREE_FEATURES_FAKE=1``, with
