@@ -419,35 +419,3 @@ def test_0_5_19_drafter_copy_declares_its_widths(monkeypatch):
     view = overrides.resolved_view(copy)
     assert [getattr(copy, n) for n in widths] == [getattr(view, n) for n in widths] == [16, 1]
 
-
-def test_the_admission_line_is_logged_once_the_targets_pool_exists(monkeypatch, caplog):
-    """``SGLANG_DDTREE_ADMIT_WAIT``'s start-up line reads the target's max running requests, which the scheduler's
-    pool allocation sets after the draft worker's ``__init__`` (read there, the engine died at start: 'ModelRunner'
-    object has no attribute 'max_running_requests', H100, session 43). So the draft worker's own
-    ``alloc_memory_pool``, which the scheduler calls after the target's, logs it."""
-    import contextlib
-    import logging
-    import types
-
-    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
-
-    from sglang_ddtree.config import DDTreeConfig
-    from sglang_ddtree.worker import admission
-    from sglang_ddtree.worker import worker as worker_mod
-
-    monkeypatch.setattr(DFlashWorkerV2, "alloc_memory_pool", lambda self, *args, **kwargs: "pools")
-    # the drafter's widths scope (tested above) needs a published spec from 0.5.17; not this test's subject
-    monkeypatch.setattr(type(compat.adapter()), "drafter_widths", lambda self, config: contextlib.nullcontext())
-    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: types.SimpleNamespace(rank_in_group=0))
-    w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
-    w.config = DDTreeConfig(budget=15, topk=4, block_size=8)
-    runner = types.SimpleNamespace(server_args=types.SimpleNamespace(min_free_slots_delay=None))
-    w._target_worker = types.SimpleNamespace(model_runner=runner)  # what `target_worker` returns
-    caplog.set_level(logging.INFO, logger=worker_mod.logger.name)
-    monkeypatch.delenv(admission.ENV, raising=False)
-    assert w.alloc_memory_pool("pool_config") == "pools" and not caplog.records  # no window: nothing read or said
-    monkeypatch.setenv(admission.ENV, "4")
-    runner.max_running_requests = 48  # what the target's pool allocation set
-    assert w.alloc_memory_pool("pool_config") == "pools"
-    [record] = caplog.records
-    assert record.levelno == logging.INFO and "SGLANG_DDTREE_ADMIT_WAIT=4" in record.getMessage()

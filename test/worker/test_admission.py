@@ -137,3 +137,36 @@ def test_the_hook_wraps_upstreams_method_as_the_registry_applies_it(monkeypatch)
     asked = [delayer.should_delay(running_bs=20, num_allocatable_reqs=44) for _ in range(3)]
     assert asked == [True, True, False]
     assert delayer.should_delay(running_bs=62, num_allocatable_reqs=2) is True  # upstream's own rule
+
+
+def test_the_admission_line_is_logged_once_the_targets_pool_exists(monkeypatch, caplog):
+    """``SGLANG_DDTREE_ADMIT_WAIT``'s start-up line reads the target's max running requests, which the scheduler's
+    pool allocation sets after the draft worker's ``__init__`` (read there, the engine died at start: 'ModelRunner'
+    object has no attribute 'max_running_requests', H100, session 43). So the draft worker's own
+    ``alloc_memory_pool``, which the scheduler calls after the target's, logs it."""
+    import contextlib
+    import logging
+    import types
+
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
+    from sglang_ddtree.compat import adapter
+    from sglang_ddtree.config import DDTreeConfig
+    from sglang_ddtree.worker import worker as worker_mod
+
+    monkeypatch.setattr(DFlashWorkerV2, "alloc_memory_pool", lambda self, *args, **kwargs: "pools")
+    # the drafter's widths scope (tested above) needs a published spec from 0.5.17; not this test's subject
+    monkeypatch.setattr(type(adapter()), "drafter_widths", lambda self, config: contextlib.nullcontext())
+    monkeypatch.setattr(worker_mod, "get_tp_group", lambda: types.SimpleNamespace(rank_in_group=0))
+    w = worker_mod.DDTreeWorker.__new__(worker_mod.DDTreeWorker)
+    w.config = DDTreeConfig(budget=15, topk=4, block_size=8)
+    runner = types.SimpleNamespace(server_args=types.SimpleNamespace(min_free_slots_delay=None))
+    w._target_worker = types.SimpleNamespace(model_runner=runner)  # what `target_worker` returns
+    caplog.set_level(logging.INFO, logger=worker_mod.logger.name)
+    monkeypatch.delenv(admission.ENV, raising=False)
+    assert w.alloc_memory_pool("pool_config") == "pools" and not caplog.records  # no window: nothing read or said
+    monkeypatch.setenv(admission.ENV, "4")
+    runner.max_running_requests = 48  # what the target's pool allocation set
+    assert w.alloc_memory_pool("pool_config") == "pools"
+    [record] = caplog.records
+    assert record.levelno == logging.INFO and "SGLANG_DDTREE_ADMIT_WAIT=4" in record.getMessage()

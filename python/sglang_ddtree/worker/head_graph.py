@@ -44,7 +44,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from sglang_ddtree.config import env_switch
+from sglang_ddtree.config import chain_shaped, env_switch
 from sglang_ddtree.tree import Tree, build_tree
 from sglang_ddtree.tree.topology import build_verify_topology, full_mask_numel
 
@@ -85,8 +85,6 @@ def _rows(tree: Tree, bs: int) -> Tree:
 def tree_buckets(config) -> list:
     """The buckets of ``config`` a head covers: the tree-shaped ones (width 0 and the chain keep their constant
     structure, ``chain_inputs``; a causal verify has no tree)."""
-    from sglang_ddtree.config import chain_shaped
-
     return [b for b in config.buckets if not chain_shaped(b) and not config.verifies_causally(b)]
 
 
