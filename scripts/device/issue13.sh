@@ -52,7 +52,8 @@
 #     bash scripts/device/issue13.sh defaultstart  # what budget auto as the default would cost a server at start: one
 #                                             # launch_server at a time at the Qwen3-8B shape (dummy weights) with
 #                                             # SGLang's own memory fraction and graph sizes, budget auto then 64
-#                                             # (DEFAULTSTART_BUDGETS): start-up time, memory, one request served
+#                                             # (DEFAULTSTART_BUDGETS; "default" gives no budget flag at all):
+#                                             # start-up time, memory, one request served
 #     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3;
 #                                             # on by default since session 41, +headeager turns it off):
 #                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
@@ -174,7 +175,8 @@ case "${1:-}" in
       # shellcheck disable=SC2086
       setsid python3 -m sglang.launch_server --model-path "$T" --load-format dummy --skip-tokenizer-init \
         --port 30010 --speculative-algorithm DDTREE --speculative-draft-model-path "$D" \
-        --speculative-ddtree-budget "$b" ${DEFAULTSTART_BACKEND:+--attention-backend $DEFAULTSTART_BACKEND} \
+        $( [ "$b" = default ] || echo --speculative-ddtree-budget "$b" ) \
+        ${DEFAULTSTART_BACKEND:+--attention-backend $DEFAULTSTART_BACKEND} \
         --log-level info > "$log" 2>&1 &
       pid=$!
       # wait-healthy's probe sends text, and a dummy shape has no tokenizer (--skip-tokenizer-init): poll by ids
@@ -186,7 +188,7 @@ case "${1:-}" in
         sleep 5
       done
       echo "[defaultstart] budget $b: $( [ -n "$served" ] && echo "served 32 tokens" || echo "NOT serving (process alive: $(kill -0 "$pid" 2>/dev/null && echo yes || echo no))" ) after $(( $(date +%s) - t0 )) s: $served"
-      grep -E "mem_fraction_static=|KV Cache is allocated|Capture .*end|DDTREE auto: (verify width|buckets)|Memory pool end|max_running_requests|Traceback|out of memory|OutOfMemory" \
+      grep -E "DDTREE: no |mem_fraction_static=|KV Cache is allocated|Capture .*end|DDTREE auto: (verify width|buckets)|Memory pool end|max_running_requests|Traceback|out of memory|OutOfMemory" \
         "$log" | sed 's/server_args=.*mem_fraction_static=\([0-9.]*\).*max_running_requests=\([0-9None]*\).*/server_args: mem_fraction_static=\1 max_running_requests=\2/' \
         | cut -c1-220 | tail -n 30
       kill -TERM -- "-$pid" 2>/dev/null
