@@ -56,7 +56,8 @@ def analyse(report, target, epsilon: float) -> dict:
                 margin = float(logits[ref[j]] - logits[got[j]])
                 cases.append({"prompt": i, "pos": j, "autoregressive_token": ref[j], "speculative_token": got[j],
                               "margin": round(margin, 5), "top2_gap": round(float(top2.values[0] - top2.values[1]), 5),
-                              "speculative_token_rank": int((logits > logits[got[j]]).sum())})
+                              "speculative_token_rank": int((logits > logits[got[j]]).sum()),
+                              "top_margin": round(float(top2.values[0] - logits[got[j]]), 5)})
             out["configs"][f"{rec['config']} bs {bs}"] = {
                 "divergent_prompts": len(cases),
                 "near_ties": sum(abs(c["margin"]) < epsilon for c in cases),

@@ -167,6 +167,8 @@ case "${1:-}" in
     # session 43: auto's graphs per bucket count against the memory SGLang leaves outside --mem-fraction-static; a
     # default must start where a fixed budget starts. Triton (nothing staged needed) unless DEFAULTSTART_BACKEND.
     OUT=${OUT:-/tmp/defaultstart_out}
+    # shellcheck disable=SC1091
+    source scripts/device/plugin_env.sh  # the plugin's entry point (session 44: without it, "Unknown speculative algorithm")
     mkdir -p "$OUT/logs"
     read -r T D < <(python3 -c "import sys; sys.path.insert(0, 'benchmark'); from bench_shape import write_shape; print(*write_shape(sys.argv[1], 'qwen3-8b'))" /tmp/ds_models)
     for b in ${DEFAULTSTART_BUDGETS:-auto 64}; do

@@ -474,8 +474,10 @@ class Runs:
 def near_tie_failures(target, items, epsilon):
     """items: (label, prompt_ids, reference_ids, got_ids). Returns (failures, near_ties): a failure is a
     first divergence that is not a float32 near-tie (``analyze_divergence.analyse``, rule of
-    test_trained_pair_gpu: |margin| < epsilon and the got token ranked <= 1), or outputs of different
-    lengths that never diverge. A first divergence depends only on the prompt, the common prefix and the two
+    |margin| < epsilon to the reference token, and the got token ranked <= 1 or itself within epsilon of the
+    float32 best: then every token ranked above it ties with it too; session 44 met such a three-way tie on fa3
+    with budget auto: margin 0.019, top-2 gap 0.011, the got token third), or outputs of different lengths that
+    never diverge. A first divergence depends only on the prompt, the common prefix and the two
     tokens there, so each distinct one is analysed once (a soak repeats a few prompts thousands of times: one
     float32 forward per item took longer than the device call); a failure names how many items share it."""
     from unittest import mock
@@ -501,7 +503,7 @@ def near_tie_failures(target, items, epsilon):
         cases = analyze.analyse(report, target, epsilon)["configs"]["candidate bs 1"]["cases"] if unique else []
     shared = [v[1] for v in distinct.values()]
     for case in cases:
-        if abs(case["margin"]) >= epsilon or case["speculative_token_rank"] > 1:
+        if abs(case["margin"]) >= epsilon or (case["speculative_token_rank"] > 1 and case["top_margin"] >= epsilon):
             failures.append(f"{unique[case['prompt']][0]} (and {shared[case['prompt']] - 1} more items with the "
                             f"same first divergence): {case}")
     return failures, sum(shared[case["prompt"]] for case in cases)

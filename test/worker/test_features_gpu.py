@@ -6,7 +6,8 @@ it; every scenario is written to disk as soon as it ends), then one ``sglang.lau
 ``plain`` (no speculation), which replays every DDTREE request (same ids, params, order, cache flushes).
 Parity: bf16 verify and decode kernels round differently, so an output may leave the reference at a
 near-tie; a divergence passes only if the float32 target's logits at the first divergent token make it a
-top-2 near-tie (|margin| < EPSILON, ``benchmark/analyze_divergence.py`` through ``near_tie_failures``).
+near-tie (|margin| < EPSILON, and the got token second or itself within EPSILON of the best: a three-way tie,
+``benchmark/analyze_divergence.py`` through ``near_tie_failures``).
   - test_continuous_batching: 12 requests (max_new_tokens 1..64) join and leave mid-flight; exact lengths;
     == the same prompts one by one on DDTREE and == plain; DDTREE really speculates (accept length > 1.2).
   - test_chunked_prefill_mixed_with_decode: long prompts prefilled in 64-token chunks while others decode.
@@ -22,7 +23,8 @@ top-2 near-tie (|margin| < EPSILON, ``benchmark/analyze_divergence.py`` through 
   - test_context_limit: prompts up to 8 tokens below context 1024 finish with plain's (clipped) lengths;
     over-long ones fail with plain's ValueError; the engine serves afterwards (both DDTREE engines).
   - test_http_*: the server's /generate, /v1/completions and /v1/chat/completions agree (greedy, cache
-    flushed between), SSE chunks concatenate to the non-streamed text, a stop string ends the text, abort via
+    flushed between; budget auto: up to float32 near-ties, ``_agree``), SSE chunks concatenate to the
+    non-streamed text, a stop string ends the text, abort via
     /abort_request and a client disconnect leave it serving, /metrics carries DDTREE's accept-length counter.
     The tiny pair's tokenizer has no chat template: the server gets a content-only Jinja template.
 Run: ``python -m pytest -m gpu test/worker/test_features_gpu.py -v`` (about 4-5 minutes on an H200); each
@@ -380,7 +382,21 @@ def _flush(base):
     assert status == 200, f"/flush_cache failed ({status}): {body}"
 
 
-def test_http_completions_generate_and_streaming(server):
+def _agree(request, got, ref, what):
+    """Two greedy texts of HTTP_PROMPT from the server, each from a request alone on a flushed cache: equal under a
+    fixed budget. Budget auto picks each round's width from the load and the acceptance it has observed so far,
+    so one prompt sent twice may verify at other widths and round apart at a bf16 near-tie, as any change of
+    batch shape may (session 44: ' 1:' vs ' 0:'); there a difference passes only where the float32 target calls
+    the first divergent token (of the texts re-tokenized) a near-tie."""
+    if got == ref:
+        return
+    assert str(H.BUDGET).startswith("auto"), f"{what}: {got!r} != {ref!r} with budget {H.BUDGET}"
+    tok = request.getfixturevalue("tok")
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    _assert_parity(request.getfixturevalue("target"), [(what, ids(HTTP_PROMPT), ids(ref), ids(got))], what)
+
+
+def test_http_completions_generate_and_streaming(server, request):
     base, _ = server
     greedy = dict(temperature=0, max_new_tokens=32, ignore_eos=True)
     _flush(base)
@@ -389,20 +405,22 @@ def test_http_completions_generate_and_streaming(server):
     text = gen["text"]
     _flush(base)
     chunks = _sse(base + "/generate", dict(text=HTTP_PROMPT, sampling_params=greedy, stream=True))
-    assert chunks and chunks[-1]["text"] == text, ([c["text"] for c in chunks], text)
+    assert chunks and all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:])), chunks
+    _agree(request, chunks[-1]["text"], text, "/generate streamed vs not")
     openai = dict(model="default", prompt=HTTP_PROMPT, max_tokens=32, temperature=0, ignore_eos=True)
     _flush(base)
     comp = _post_json(base + "/v1/completions", openai)
-    assert comp["choices"][0]["text"] == text and comp["choices"][0]["finish_reason"] == "length", (comp, text)
+    assert comp["choices"][0]["finish_reason"] == "length", comp
+    _agree(request, comp["choices"][0]["text"], text, "/v1/completions vs /generate")
     assert comp["usage"]["completion_tokens"] == 32, comp["usage"]
     _flush(base)
     chunks = _sse(base + "/v1/completions", dict(openai, stream=True))
     streamed = "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
-    assert streamed == text, (streamed, text)
+    _agree(request, streamed, text, "/v1/completions streamed vs /generate")
     assert [c["choices"][0].get("finish_reason") for c in chunks if c.get("choices")][-1] == "length"
 
 
-def test_http_chat_completions(server):
+def test_http_chat_completions(server, request):
     base, _ = server
     body = dict(model="default", messages=[{"role": "user", "content": HTTP_PROMPT}], max_tokens=32, temperature=0,
                 ignore_eos=True)
@@ -414,11 +432,11 @@ def test_http_chat_completions(server):
     content = chat["choices"][0]["message"]["content"]
     assert chat["usage"]["completion_tokens"] == 32, chat["usage"]
     assert chat["usage"]["prompt_tokens"] == comp["usage"]["prompt_tokens"], (chat["usage"], comp["usage"])
-    assert content == comp["choices"][0]["text"], (content, comp["choices"][0]["text"])  # content-only template
+    _agree(request, content, comp["choices"][0]["text"], "chat vs completions")  # content-only template
     _flush(base)
     chunks = _sse(base + "/v1/chat/completions", dict(body, stream=True))
     streamed = "".join((c["choices"][0].get("delta") or {}).get("content") or "" for c in chunks if c.get("choices"))
-    assert streamed == content, (streamed, content)
+    _agree(request, streamed, content, "chat streamed vs not")
 
 
 def test_http_stop_string(server):

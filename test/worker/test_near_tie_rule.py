@@ -14,8 +14,8 @@ class FakeTarget:
     """Logits that depend only on the last input token t: token (t + 1) % VOCAB leads, (t + 2) % VOCAB trails it
     by ``gap``; every other token is far behind. Counts its forwards."""
 
-    def __init__(self, gap):
-        self.gap, self.calls = gap, 0
+    def __init__(self, gap, third=None):
+        self.gap, self.third, self.calls = gap, third, 0
 
     def __call__(self, ids, positions):
         self.calls += 1
@@ -23,6 +23,8 @@ class FakeTarget:
         logits = torch.full((ids.shape[1], VOCAB), -10.0)
         logits[-1, (t + 1) % VOCAB] = 5.0
         logits[-1, (t + 2) % VOCAB] = 5.0 - self.gap
+        if self.third is not None:  # a third token, (t + 3) % VOCAB, ``third`` behind the leader
+            logits[-1, (t + 3) % VOCAB] = 5.0 - self.third
         return types.SimpleNamespace(logits=logits[None])
 
 
@@ -54,3 +56,13 @@ def test_same_tokens_of_another_length_fail_and_nothing_divergent_needs_no_forwa
     failures, near_ties = H.near_tie_failures(target, [("short", [3], [4, 5, 6], [4, 5])], epsilon=0.05)
     assert target.calls == 0 and near_ties == 0
     assert failures == ["short: same tokens but lengths 3 (reference) vs 2"]
+
+
+def test_a_third_ranked_token_passes_only_within_epsilon_of_the_best():
+    """After token 5, 6 leads, 7 trails and 8 is third. The reference took the runner-up 7 and the got token is
+    8: within epsilon of the reference either way, a near-tie only where 8 also lies within epsilon of 6."""
+    items = [("third", [3], [4, 5, 7, 8], [4, 5, 8, 9])]  # at position 2: reference 7 (runner-up), got 8 (third)
+    failures, near_ties = H.near_tie_failures(FakeTarget(gap=0.01, third=0.03), items, epsilon=0.05)
+    assert failures == [] and near_ties == 1
+    failures, _ = H.near_tie_failures(FakeTarget(gap=0.04, third=0.07), items, epsilon=0.05)
+    assert len(failures) == 1 and "'speculative_token_rank': 2" in failures[0]  # 0.03 from the reference, 0.07 from the best
