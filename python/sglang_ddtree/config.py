@@ -43,6 +43,11 @@ MAX_TOPK = 64
 # "auto:N" stops the set at N (``auto_largest_bucket``).
 AUTO = "auto"
 AUTO_MAX_BUDGET = 63
+# Where budget auto is the default when no budget is given (session 43's decision, README "Budget auto"): the
+# configurations its GPU checks covered (greedy parity, T > 0, the everyday features, the 8B shape);
+# DEFAULT_BUDGET elsewhere (``validation.auto_default_unverified`` says why, in the start-up log).
+AUTO_DEFAULT_BACKENDS = ("fa3", "triton")
+AUTO_DEFAULT_SCOPE = "--tp-size 1, --page-size 1, fa3 (DDTREE's fused tree attention) or triton, SGLang 0.5.16"
 
 BUDGET_FLAG = "--speculative-ddtree-budget"
 TOPK_FLAG = "--speculative-ddtree-topk"

@@ -233,8 +233,25 @@ def check_gpu() -> Check:
 
             detail += (f"; fa3 tree verify: {'DDTREE fused tree attention' if fa3_tree.enabled() else 'upstream cascade'}"
                        f" ({fa3_tree.ENV}={'1' if fa3_tree.enabled() else '0'})")
-    detail += f"; with no --attention-backend DDTREE uses {_default_backend(cap)}"
+    detail += f"; with no --attention-backend DDTREE uses {_default_backend(cap)}; {_budget_note(cap)}"
     return Check("GPU", "OK", detail + "; " + _hybrid_note() + "; " + _paged_note())
+
+
+def _budget_note(cap) -> str:
+    """The budget DDTREE takes on a dense target when the user gives none (``validation.auto_default_unverified``),
+    with that default backend at tp 1 and page size 1."""
+    import types
+
+    from sglang_ddtree.config import AUTO, AUTO_DEFAULT_SCOPE, DEFAULT_BUDGET
+    from sglang_ddtree.validation import auto_default_unverified
+
+    why = auto_default_unverified(types.SimpleNamespace(
+        tp_size=1, page_size=None, attention_backend=_default_backend(cap), prefill_attention_backend=None,
+        decode_attention_backend=None))
+    if why is None:
+        return f"with no --speculative-ddtree-budget a dense target at tp 1 / page 1 gets '{AUTO}' here"
+    return (f"with no --speculative-ddtree-budget a dense target gets {DEFAULT_BUDGET} here ('{AUTO}' is the default "
+            f"only at {AUTO_DEFAULT_SCOPE}; here {why})")
 
 
 def _default_backend(cap) -> str:

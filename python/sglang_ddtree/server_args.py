@@ -22,6 +22,7 @@ from sglang_ddtree.backends import TESTED_TARGET_ATTENTION_BACKENDS, default_tar
 from sglang_ddtree import compat
 from sglang_ddtree.config import (
     AUTO,
+    AUTO_DEFAULT_SCOPE,
     AUTO_MAX_BUDGET,
     DEFAULT_BUDGET,
     HYBRID_DEFAULT_BUDGET,
@@ -54,7 +55,8 @@ class DDTreeServerArgs(ServerArgs):
             f"the batch grows. Range [{MIN_BUDGET}, {MAX_BUDGET}], or '{AUTO}': every round picks "
             f"the budget (0 = no drafting, 1, 3, 7, ... {AUTO_MAX_BUDGET}) with the most expected "
             f"tokens per second for the batch, from costs measured on this GPU ('{AUTO}:N': buckets up to N); "
-            f"default {DEFAULT_BUDGET} ({HYBRID_DEFAULT_BUDGET} on hybrid Gated DeltaNet targets).",
+            f"default '{AUTO}' at {AUTO_DEFAULT_SCOPE}, else {DEFAULT_BUDGET} ({HYBRID_DEFAULT_BUDGET} on hybrid "
+            "Gated DeltaNet targets); the start-up log says which.",
             type_parser=parse_budget_arg,
         ),
     ] = None

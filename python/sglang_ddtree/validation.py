@@ -29,6 +29,8 @@ from sglang_ddtree.backends import (
 )
 from sglang_ddtree.config import (
     AUTO,
+    AUTO_DEFAULT_BACKENDS,
+    AUTO_DEFAULT_SCOPE,
     AUTO_MAX_BUDGET,
     BUDGET_FLAG,
     DEFAULT_BUDGET,
@@ -69,8 +71,11 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     """
     _reject_hand_set_derived_fields(server_args)
     budget_given = getattr(server_args, "speculative_ddtree_budget", None) is not None
-    requested = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", DEFAULT_BUDGET),
-                             allow_auto=True)
+    # no budget given: auto where its GPU checks cover this configuration, else DEFAULT_BUDGET (logged below, once
+    # the target is known to be dense; a hybrid target has its own default)
+    default_why = None if budget_given else auto_default_unverified(server_args)
+    default = AUTO if default_why is None else DEFAULT_BUDGET
+    requested = check_budget(_value_or_default(server_args, "speculative_ddtree_budget", default), allow_auto=True)
     auto_largest = auto_largest_bucket(requested)  # None: a fixed budget
     budget = requested if auto_largest is None else auto_largest  # auto: the largest bucket sizes every shape
     topk = _topk_within(check_topk(_value_or_default(server_args, "speculative_ddtree_topk", DEFAULT_TOPK)), budget,
@@ -120,10 +125,18 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     hf_config = _target_hf_config(server_args)
     hybrid = hf_config is not None and is_hybrid_linear_attention(hf_config)
     fields = {"speculative_dflash_block_size": block_size, "speculative_num_steps": 1}
+    if not budget_given and not hybrid:
+        if default_why is None:
+            logger.info("DDTREE: no %s given; using %s, the default here (each round verifies the budget with the "
+                        "most expected tokens per second for its batch; a fixed budget: %s N).",
+                        BUDGET_FLAG, AUTO, BUDGET_FLAG)
+        else:
+            logger.info("DDTREE: no %s given; using %d (the default is %s only at %s; here %s).", BUDGET_FLAG,
+                        DEFAULT_BUDGET, AUTO, AUTO_DEFAULT_SCOPE, default_why)
     if hybrid and not budget_given:
         requested = budget = HYBRID_DEFAULT_BUDGET
         logger.info("DDTREE: no %s given; using %d on this hybrid target (every tree row keeps its own recurrent "
-                    "state; the default is %d on dense targets).", BUDGET_FLAG, budget, DEFAULT_BUDGET)
+                    "state; dense targets default to %s or %d).", BUDGET_FLAG, budget, AUTO, DEFAULT_BUDGET)
         topk = _topk_within(topk, budget, f"this hybrid target's default {BUDGET_FLAG}={budget}")
         fields.update(speculative_ddtree_budget=requested, speculative_ddtree_topk=topk)
     elif hybrid and requested == AUTO:
@@ -211,6 +224,30 @@ def _check_platform_and_parallelism(server_args) -> None:
     dp_flag = adapter().attention_dp_flag(view)  # --attn-dp-size N from 0.5.22
     if dp_flag is not None:
         raise DDTreeArgumentError(f"--speculative-algorithm DDTREE does not support {dp_flag} yet.")
+
+
+def auto_default_unverified(server_args):
+    """Why budget auto is not the default for this configuration (``AUTO_DEFAULT_SCOPE``), or None where it is."""
+    from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
+
+    from sglang_ddtree.compat import adapter
+    from sglang_ddtree.worker import fa3_tree
+
+    family = adapter().family
+    if family != "0.5.16":
+        return f"SGLang release family {family}"
+    view = resolved_view(server_args)
+    if view.tp_size > 1:
+        return f"--tp-size {view.tp_size}"
+    if view.page_size is not None and view.page_size > 1:
+        return f"--page-size {view.page_size}"
+    prefill, decode = attention_backends_of(view)
+    for flag, backend in (("prefill", prefill), ("decode", decode)):
+        if backend not in AUTO_DEFAULT_BACKENDS:
+            return f"the {flag} attention backend is '{backend}'"
+    if "fa3" in (prefill, decode) and not fa3_tree.enabled():
+        return f"fa3 verifies trees with upstream's cascade ({fa3_tree.ENV} off or not carried by this release)"
+    return None
 
 
 AUTO_TP_ENV = "SGLANG_DDTREE_EXPERIMENTAL_AUTO_TP"

@@ -181,6 +181,14 @@ def test_gpu_check_names_the_backends_and_a_missing_fa3_library(monkeypatch, fa3
     assert ("FA3 library (flash_ops) is NOT installed" in check.detail) is (not fa3_installed)
     default = "fa3" if fa3_installed and fa3_tree.enabled() else "triton"
     assert f"with no --attention-backend DDTREE uses {default}" in check.detail
+    from sglang_ddtree.compat import adapter
+
+    if adapter().family == "0.5.16":  # either default backend is one auto's default covers
+        assert "with no --speculative-ddtree-budget a dense target at tp 1 / page 1 gets 'auto' here" in check.detail
+    else:
+        assert (f"with no --speculative-ddtree-budget a dense target gets 64 here ('auto' is the default only at "
+                f"--tp-size 1, --page-size 1, fa3 (DDTREE's fused tree attention) or triton, SGLang 0.5.16; here "
+                f"SGLang release family {adapter().family})") in check.detail
 
 
 @pytest.mark.parametrize("switch", ["0", "", "1"])

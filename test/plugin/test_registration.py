@@ -77,7 +77,9 @@ def test_launch_server_help_lists_the_flags():
     assert "--speculative-ddtree-budget SPECULATIVE_DDTREE_BUDGET" in help_text
     assert "--speculative-ddtree-topk SPECULATIVE_DDTREE_TOPK" in help_text
     assert "Range [1, 1024], or 'auto': every round picks the budget (0 = no drafting" in help_text
-    assert "('auto:N': buckets up to N); default 64 (15 on hybrid Gated DeltaNet targets)." in help_text
+    assert ("('auto:N': buckets up to N); default 'auto' at --tp-size 1, --page-size 1, fa3 (DDTREE's fused tree "
+            "attention) or triton, SGLang 0.5.16, else 64 (15 on hybrid Gated DeltaNet targets); the start-up log "
+            "says which.") in help_text
 
 
 def test_predicates_answer_like_dflash_for_drafting(sglang_with_plugin):

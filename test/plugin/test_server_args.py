@@ -98,18 +98,70 @@ def resolved(server_args):
 
 
 def test_defaults_map_onto_native_fields(parse, tiny_configs, ddtree_logs):
+    """No budget given: auto where it is the default (SGLang 0.5.16 here: triton, tp 1, page 1), else 64, and the
+    start-up log says which and why."""
+    from sglang_ddtree.compat import adapter
+
     sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"])
     view = resolved(sa)
+    auto = adapter().family == "0.5.16"
     assert view.speculative_algorithm == "DDTREE"
-    assert (view.speculative_ddtree_budget, view.speculative_ddtree_topk) == (64, 8)
-    assert view.speculative_num_draft_tokens == 65  # budget + root
+    assert (view.speculative_ddtree_budget, view.speculative_ddtree_topk) == ("auto" if auto else 64, 8)
+    assert view.speculative_num_draft_tokens == (64 if auto else 65)  # the (largest) budget + root
     assert view.speculative_eagle_topk == 8
     assert view.speculative_num_steps == 1
     assert view.speculative_dflash_block_size == 16  # read from the drafter's config
     # From 0.5.19 _handle_dflash declared the drafter's widths 16 / 1 first; DDTREE's declaration is the later one.
     assert sa.attention_backend == view.attention_backend == "triton"
     assert "no --attention-backend given; using 'triton'" in ddtree_logs.text
-    assert "budget=64 topk=8 drafter block size=16" in ddtree_logs.text
+    if auto:
+        assert "no --speculative-ddtree-budget given; using auto, the default here" in ddtree_logs.text
+        assert "budget=auto (buckets [0, 1, 3, 7, 15, 31, 63]) topk=8 drafter block size=16" in ddtree_logs.text
+    else:
+        assert (f"no --speculative-ddtree-budget given; using 64 (the default is auto only at --tp-size 1, "
+                f"--page-size 1, fa3 (DDTREE's fused tree attention) or triton, SGLang 0.5.16; here SGLang release "
+                f"family {adapter().family})") in ddtree_logs.text
+        assert "budget=64 topk=8 drafter block size=16" in ddtree_logs.text
+
+
+def test_a_given_budget_is_kept_and_says_nothing_about_the_default(parse, tiny_configs, ddtree_logs):
+    from sglang_ddtree.compat import adapter
+
+    given_auto = (("auto", "auto"),) if adapter().family == "0.5.16" else ()  # refused on later releases
+    for given, want in (("64", 64), ("15", 15)) + given_auto:
+        sa = parse(*DDTREE, "--speculative-draft-model-path", tiny_configs["drafter"], "--speculative-ddtree-budget",
+                   given)
+        assert resolved(sa).speculative_ddtree_budget == want
+    assert "no --speculative-ddtree-budget given" not in ddtree_logs.text
+
+
+def test_auto_is_the_default_only_where_its_gpu_checks_ran(monkeypatch):
+    """``auto_default_unverified``: None (auto is the default) at tp 1, page 1, triton or fa3 with DDTREE's fused tree
+    attention, on the 0.5.16 family; elsewhere the reason the start-up log gives for 64."""
+    import types
+
+    from sglang_ddtree import compat, validation
+    from sglang_ddtree.worker import fa3_tree
+
+    def args(**fields):
+        base = dict(tp_size=1, page_size=None, attention_backend="triton", prefill_attention_backend=None,
+                    decode_attention_backend=None)
+        return types.SimpleNamespace(**dict(base, **fields))
+
+    monkeypatch.setattr(compat, "adapter", lambda: compat.adapter_for("0.5.16"))
+    monkeypatch.setattr(fa3_tree, "enabled", lambda: True)
+    why = validation.auto_default_unverified
+    assert why(args()) is None and why(args(page_size=1)) is None and why(args(attention_backend="fa3")) is None
+    assert why(args(tp_size=2)) == "--tp-size 2"
+    assert why(args(page_size=16)) == "--page-size 16"
+    assert why(args(attention_backend="flashinfer")) == "the prefill attention backend is 'flashinfer'"
+    assert why(args(decode_attention_backend="flashinfer")) == "the decode attention backend is 'flashinfer'"
+    assert why(args(attention_backend=None)) == "the prefill attention backend is 'None'"
+    monkeypatch.setattr(fa3_tree, "enabled", lambda: False)
+    assert why(args(attention_backend="fa3")).startswith("fa3 verifies trees with upstream's cascade")
+    assert why(args()) is None
+    monkeypatch.setattr(compat, "adapter", lambda: compat.adapter_for("0.5.23"))
+    assert why(args()) == "SGLang release family 0.5.23"
 
 
 def test_the_record_crosses_a_process_boundary_resolved(parse, tiny_configs):
@@ -287,8 +339,8 @@ needs_hybrid_release = pytest.mark.skipif(not _auto_supported(),
 def test_a_hybrid_target_without_a_budget_gets_its_own_default(engine_args, tiny_configs, hybrid_target,
                                                                 ddtree_logs, monkeypatch):
     """No --speculative-ddtree-budget on a hybrid target: HYBRID_DEFAULT_BUDGET (15: DFLASH's verify width and state
-    memory), logged; a topk above it capped with one warning; a budget the user gives is kept; dense targets keep
-    DEFAULT_BUDGET. (The dense tiny target stands in with the hybrid config read, as above.)"""
+    memory), logged; a topk above it capped with one warning; a budget the user gives is kept; dense targets get
+    theirs (auto or DEFAULT_BUDGET). (The dense tiny target stands in with the hybrid config read, as above.)"""
     from transformers import AutoConfig
 
     from sglang_ddtree import validation
@@ -302,14 +354,18 @@ def test_a_hybrid_target_without_a_budget_gets_its_own_default(engine_args, tiny
     assert HYBRID_DEFAULT_BUDGET == 15
     assert view.speculative_ddtree_budget == 15 and view.speculative_num_draft_tokens == 16
     assert ("no --speculative-ddtree-budget given; using 15 on this hybrid target (every tree row keeps its own "
-            "recurrent state; the default is 64 on dense targets)") in ddtree_logs.text
+            "recurrent state; dense targets default to auto or 64)") in ddtree_logs.text
     view = resolved(engine_args(**kw, speculative_ddtree_topk=32))
     assert view.speculative_ddtree_topk == 15 == view.speculative_eagle_topk
     assert ("--speculative-ddtree-topk=32 exceeds this hybrid target's default --speculative-ddtree-budget=15; a node "
             "can have at most 15 children, using --speculative-ddtree-topk=15") in ddtree_logs.text
     assert resolved(engine_args(**kw, speculative_ddtree_budget=64)).speculative_num_draft_tokens == 65
-    monkeypatch.setattr(validation, "_target_hf_config", lambda sa: None)  # a dense target
-    assert resolved(engine_args(**kw)).speculative_num_draft_tokens == DEFAULT_BUDGET + 1
+    monkeypatch.setattr(validation, "_target_hf_config", lambda sa: None)  # a dense target: auto on 0.5.16 (triton)
+    from sglang_ddtree.compat import adapter
+    from sglang_ddtree.config import AUTO_MAX_BUDGET
+
+    dense = AUTO_MAX_BUDGET if adapter().family == "0.5.16" else DEFAULT_BUDGET
+    assert resolved(engine_args(**kw)).speculative_num_draft_tokens == dense + 1
 
 
 @needs_auto_release
