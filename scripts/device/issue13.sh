@@ -53,7 +53,8 @@
 #                                             # launch_server at a time at the Qwen3-8B shape (dummy weights) with
 #                                             # SGLang's own memory fraction and graph sizes, budget auto then 64
 #                                             # (DEFAULTSTART_BUDGETS; "default" gives no budget flag at all):
-#                                             # start-up time, memory, one request served
+#                                             # start-up time, memory, one request served; DEFAULTSTART_STRESS
+#                                             # adds concurrent long prompts (defaultstress.py)
 #     bash scripts/device/issue13.sh head     # the tree head as CUDA graphs (worker/head_graph.py, session 40, fa3;
 #                                             # on by default since session 41, +headeager turns it off):
 #                                             # its GPU unit test (captured == eager), sharp parity on fa3 with it (the
@@ -165,7 +166,8 @@ case "${1:-}" in
     ;;
   defaultstart)
     # session 43: auto's graphs per bucket count against the memory SGLang leaves outside --mem-fraction-static; a
-    # default must start where a fixed budget starts. Triton (nothing staged needed) unless DEFAULTSTART_BACKEND.
+    # default must start where a fixed budget starts. DDTREE's own backend choice (fa3 where staged, else triton)
+    # unless DEFAULTSTART_BACKEND.
     OUT=${OUT:-/tmp/defaultstart_out}
     # shellcheck disable=SC1091
     source scripts/device/plugin_env.sh  # the plugin's entry point (session 44: without it, "Unknown speculative algorithm")
@@ -189,7 +191,13 @@ case "${1:-}" in
           | grep -o '"output_ids": *\[[^]]*\]' | head -c 200) && [ -n "$served" ] && break
         sleep 5
       done
-      echo "[defaultstart] budget $b: $( [ -n "$served" ] && echo "served 32 tokens" || echo "NOT serving (process alive: $(kill -0 "$pid" 2>/dev/null && echo yes || echo no))" ) after $(( $(date +%s) - t0 )) s: $served"
+      up=$(( $(date +%s) - t0 ))
+      # DEFAULTSTART_STRESS="48x6000x64 4x30000x32": then N concurrent requests of P random prompt tokens, M new
+      # tokens each (scripts/device/defaultstress.py): prefill activations beside auto's graphs (session 44)
+      for s in ${DEFAULTSTART_STRESS:-}; do
+        [ -n "$served" ] && IFS=x read -r n p m <<< "$s" && timeout 200 python3 scripts/device/defaultstress.py 30010 "$n" "$p" "$m"
+      done
+      echo "[defaultstart] budget $b: $( [ -n "$served" ] && echo "served 32 tokens" || echo "NOT serving (process alive: $(kill -0 "$pid" 2>/dev/null && echo yes || echo no))" ) after $up s: $served"
       grep -E "DDTREE: no |mem_fraction_static=|KV Cache is allocated|Capture .*end|DDTREE auto: (verify width|buckets)|Memory pool end|max_running_requests|Traceback|out of memory|OutOfMemory" \
         "$log" | sed 's/server_args=.*mem_fraction_static=\([0-9.]*\).*max_running_requests=\([0-9None]*\).*/server_args: mem_fraction_static=\1 max_running_requests=\2/' \
         | cut -c1-220 | tail -n 30
