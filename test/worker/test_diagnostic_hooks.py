@@ -293,6 +293,7 @@ def test_phase_split_env_and_hooks(tmp_path, monkeypatch):
     assert {"run_batch", "_decode_round", "prepare_for_verify", "ForwardBatch.init_new"} - labels == \
         {"ForwardBatch.init_new"}
     assert {"_draft", "build_tree", "greedy_accept_commit", "draft_kv_append", "AutoWidth.choose"} <= labels
+    assert {"DFlashWorkerV2.forward", "draft_kv_append_eager", "get_new_batch_prefill"} <= labels  # the prefill's
     assert not labels & {"triton launches", "CUDAGraph.replay"}
     assert phase_times._TIMES.sync_watch is None
     _fresh_phase_times(monkeypatch)

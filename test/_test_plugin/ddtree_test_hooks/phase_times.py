@@ -118,6 +118,12 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
 WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_result", "recv_requests",
                           "process_input_requests", "launch_batch_sample_if_needed", "_apply_war_barrier", "on_idle",
                           "Event.synchronize", "Stream.synchronize", "torch.cuda.synchronize"})
+# the prefill iteration's parts: DFLASH's prefill with its draft-KV materialisation and the batch's extend set-up run
+# only in a prefill iteration; the scheduler asks get_new_batch_prefill every iteration (~1 us of timer each, every
+# config alike). In the split set too, so that PAIRED_PHASES=1 ... +split says where a one-length load's prefill
+# iterations go (session 44)
+PREFILL_LABELS = frozenset({"DFlashWorkerV2.forward", "draft_kv_append_eager", "get_new_batch_prefill",
+                            "ScheduleBatch.prepare_for_extend"})
 # DDTREE_TEST_PHASE_SPLIT's targets: WAIT_TARGETS and the parts of a decode iteration each called about once an
 # iteration (the scheduling, the future map, the forward's set-up and replay, sampling, the round and its verify),
 # few enough hooks (~1 us each) that a speculative iteration compares with a plain one; the full set times hot
@@ -134,7 +140,7 @@ SPLIT_LABELS = WAIT_TARGETS | ROUND_LABELS | frozenset({
     "FutureMap.resolve_seq_lens_cpu", "FutureMap.publish", "resolve_forward_inputs", "_relay_forward_payload",
     "stream_output", "TpModelWorker.forward_batch_generation", "ModelRunner.forward", "ModelRunner.sample",
     "graph_runner.load_batch", "graph_runner.execute", "DDTreeWorker.forward_batch_generation", "_decode_round",
-    "_verify", "prepare_for_verify"})
+    "_verify", "prepare_for_verify"}) | PREFILL_LABELS
 # the overlap loop's own steps (``Scheduler.event_loop_overlap``): their sum against the period says how much of an
 # iteration none of them holds
 LOOP_STEPS = ("recv_requests", "process_input_requests", "get_next_batch_to_run", "run_batch", "process_batch_result",
