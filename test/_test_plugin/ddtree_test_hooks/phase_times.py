@@ -113,6 +113,18 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("sglang.srt.mem_cache.radix_cache.RadixCache.evict", "RadixCache.evict"),
     ("sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill", "get_new_batch_prefill"),
     ("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_extend", "ScheduleBatch.prepare_for_extend"),
+    # session 44 (a read of the 0.5.16 prefill path): the prefill graph's replay; DFLASH's second position launch,
+    # entered right after its two blocking list-to-device copies (DFlashWorkerV2.forward less the target forward,
+    # this, the draft-KV append and make_draft_input is that wait); the prefill's result, the merge into the running
+    # batch and the prefill's log line (these three run in the next iteration, a decode one)
+    ("sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.execute",
+     "prefill_graph.execute"),
+    ("sglang.srt.speculative.dflash_worker_v2.compute_position", "dflash compute_position"),
+    ("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor."
+     "process_batch_result_prefill", "process_batch_result_prefill"),
+    ("sglang.srt.managers.schedule_batch.ScheduleBatch.merge_batch", "ScheduleBatch.merge_batch"),
+    ("sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter.report_prefill_stats",
+     "report_prefill_stats"),
 )
 # DDTREE_TEST_SYNC_WATCH's targets: the loop's steps and the explicit waits (few hooks, little Python added)
 WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_result", "recv_requests",
@@ -120,10 +132,13 @@ WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_r
                           "Event.synchronize", "Stream.synchronize", "torch.cuda.synchronize"})
 # the prefill iteration's parts: DFLASH's prefill with its draft-KV materialisation and the batch's extend set-up run
 # only in a prefill iteration; the scheduler asks get_new_batch_prefill every iteration (~1 us of timer each, every
-# config alike). In the split set too, so that PAIRED_PHASES=1 ... +split says where a one-length load's prefill
+# config alike); the prefill's result and merge run in the next iteration; alloc_for_spec_decode, the KV top-up, in
+# a decode round whose batch gained requests. In the split set too, so that PAIRED_PHASES=1 ... +split says where a one-length load's prefill
 # iterations go (session 44)
 PREFILL_LABELS = frozenset({"DFlashWorkerV2.forward", "draft_kv_append_eager", "get_new_batch_prefill",
-                            "ScheduleBatch.prepare_for_extend"})
+                            "ScheduleBatch.prepare_for_extend", "prefill_graph.execute", "dflash compute_position",
+                            "process_batch_result_prefill", "ScheduleBatch.merge_batch", "report_prefill_stats",
+                            "alloc_for_spec_decode"})
 # DDTREE_TEST_PHASE_SPLIT's targets: WAIT_TARGETS and the parts of a decode iteration each called about once an
 # iteration (the scheduling, the future map, the forward's set-up and replay, sampling, the round and its verify),
 # few enough hooks (~1 us each) that a speculative iteration compares with a plain one; the full set times hot
