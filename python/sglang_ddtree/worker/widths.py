@@ -100,6 +100,25 @@ def with_chain(config: DDTreeConfig, model_runner, *, hybrid: bool) -> DDTreeCon
 
 
 # ---- verify resources per width --------------------------------------------------------------------------
+# A bucket's verify graphs are not captured where 0.8 x their predicted memory exceeds what is free: the capture
+# would run out of memory, and the server then fails with one line saying what to change instead of an
+# out-of-memory traceback (budget auto is the default on dense targets since session 44, and its graphs take about
+# as much again as the largest bucket's: 3.8 GB beside 3.7 at the Qwen3-8B shape, bs <= 48, on an H100).
+GRAPH_MEMORY_SHORT = 0.8
+
+
+def graph_memory_short(width: int, measured_gb: Dict[int, float], free_gb: float) -> Optional[float]:
+    """The GB the verify graphs of ``width`` tokens a request are predicted to take, where ``GRAPH_MEMORY_SHORT``
+    x that exceeds ``free_gb``; else None. Predicted from the widest graphs measured so far ({width: GB}), in
+    proportion to the width (session 44, Qwen3-8B shape: widths 1 / 2 / 4 / 8 / 16 / 32 took 0.11 / 0.15 / 0.27 /
+    0.44 / 0.98 / 1.87 GB, so the next width from the last reads 0.9-1.47x what it took: no capture that would
+    leave a quarter of its size free is refused, none that cannot fit at all is started); None before any."""
+    if not measured_gb:
+        return None
+    widest = max(measured_gb)
+    need = max(measured_gb[widest], 0.0) * width / widest
+    return need if GRAPH_MEMORY_SHORT * need > free_gb else None
+
 @contextlib.contextmanager
 def verify_width_args(server_args, num_draft_tokens: int, topk: Optional[int] = None):
     """The target's server args saying verify width ``num_draft_tokens`` (and, with ``topk``, that top-K: 1 for
@@ -137,11 +156,19 @@ class VerifyWidths:
         self.capture_s: Dict[int, float] = {}
         self.graph_mem_gb: Dict[int, float] = {}
         capture_graphs = capture_graphs and model_runner.decode_cuda_graph_runner is not None
+        measured: Dict[int, float] = {}  # verify width -> GB its graphs took (graph_memory_short)
         for budget in self.budgets:
             if budget == config.budget:
                 continue
             tic = time.perf_counter()
             before = get_available_gpu_memory(model_runner.device, model_runner.gpu_id)
+            need = graph_memory_short(budget + 1, measured, before) if capture_graphs else None
+            if need is not None:
+                raise RuntimeError(
+                    f"DDTREE budget auto: the verify CUDA graphs of width {budget + 1} need about {need:.2f} GB of GPU "
+                    f"memory and {before:.2f} GB is free; start with a lower --mem-fraction-static (now "
+                    f"{getattr(server_args, 'mem_fraction_static', None)}), a smaller --cuda-graph-max-bs, or a fixed "
+                    f"--speculative-ddtree-budget (auto is the default on dense targets at tp 1).")
             with verify_width_args(server_args, budget + 1, topk=1 if config.verifies_causally(budget) else None):
                 backend = model_runner._get_attention_backend(init_new_workspace=False)
                 runner = (DecodeCudaGraphRunner(model_runner, attn_backend=backend,
@@ -150,6 +177,8 @@ class VerifyWidths:
             self.sets[budget] = (backend, runner)
             self.capture_s[budget] = time.perf_counter() - tic
             self.graph_mem_gb[budget] = before - get_available_gpu_memory(model_runner.device, model_runner.gpu_id)
+            if runner is not None:
+                measured[budget + 1] = self.graph_mem_gb[budget]
             if is_rank0:
                 logger.info("DDTREE auto: verify width %d (budget %s) %s in %.1f s, %.2f GB.", budget + 1, budget,
                             "captured" if runner is not None else "set up (no CUDA graphs)",
