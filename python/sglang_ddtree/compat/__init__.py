@@ -191,7 +191,8 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          disable_radix_cache="hybrid_args: strategy rules apply with the radix cache",
          disable_overlap_schedule="hybrid_args: no_buffer needs it",
          tp_size="hybrid_args: per-rank state bytes, verified at 1; budget auto at tp > 1 behind its switch",
-         max_running_requests="hybrid_args: per-node state memory", mem_fraction_static="hybrid_args: memory bound",
+         max_running_requests="hybrid_args: per-node state memory",
+         mem_fraction_static="hybrid_args: memory bound; widths: named in auto's graph-memory error",
          enable_linear_replayssm="hybrid_args: refused",
          enable_two_batch_overlap="algorithm: keeps upstream's host lengths before a round (create_future_map)"),
     *_on(_SERVER_ARGS, FIELD, ">=0.5.22",
@@ -395,7 +396,7 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     *_on("sglang.srt.model_executor.runner_backend.full_cuda_graph_backend.FullCudaGraphBackend", INSTANCE,
          _graphs="budget auto: {ShapeKey: CUDAGraph} replayed by the start-up calibration (other graph backends: "
                  "no calibration, costs from observed rounds)"),
-    Symbol("sglang.srt.utils.get_available_gpu_memory", "budget auto: graph memory per bucket width (log)"),
+    Symbol("sglang.srt.utils.get_available_gpu_memory", "budget auto: graph memory per bucket width (log; graph_memory_short's guard)"),
     _params("sglang.srt.arg_groups.arg_utils.Arg", "type_parser", "--speculative-ddtree-budget: an int or auto"),
     *_on("sglang.srt.configs.model_config.ModelConfig", INSTANCE, hf_config="validation: hybrid check"),
     *_on("sglang.srt.model_executor.model_runner.ModelRunnerOutput", FIELD,
