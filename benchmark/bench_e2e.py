@@ -186,6 +186,9 @@ ENV_MODIFIERS = {
     # DDTREE: the admission window (worker.admission, experimental): arrivals wait up to N passes while a batch runs
     "admitwait4": {"SGLANG_DDTREE_ADMIT_WAIT": "4"},
     "admitwait8": {"SGLANG_DDTREE_ADMIT_WAIT": "8"},
+    # DDTREE on the 0.5.16 family: its own prefill, the two length copies without upstream's host wait
+    # (worker.prefill, experimental, session 44)
+    "prefillasync": {"SGLANG_DDTREE_PREFILL_ASYNC": "1"},
 }
 # DIAGNOSTIC modifiers through the TEST-ONLY plugin (test/_test_plugin): the hooks of ``_test_plugin_env.plugin_env``
 # they ask for. pin<bucket> (pin0, pin15, pinchain15, ...: ``config.parse_bucket``'s names): budget auto verifies that

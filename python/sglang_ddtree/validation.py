@@ -104,9 +104,10 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
         )
     _check_target_attention_backends(server_args)
     _check_unsupported_features(server_args)
-    from sglang_ddtree.worker import admission
+    from sglang_ddtree.worker import admission, prefill
 
     admission.window_passes(error=DDTreeArgumentError)  # a malformed SGLANG_DDTREE_ADMIT_WAIT fails here, in one line
+    prefill.enabled(error=DDTreeArgumentError)  # and a malformed SGLANG_DDTREE_PREFILL_ASYNC
     if server_args.speculative_draft_model_path is None:
         raise DDTreeArgumentError(
             "--speculative-algorithm DDTREE requires --speculative-draft-model-path "

@@ -399,6 +399,17 @@ def test_a_malformed_admission_window_is_refused_in_one_line(engine_args, tiny_c
     assert resolved(engine_args(**kw)).speculative_algorithm == "DDTREE"
 
 
+def test_a_malformed_prefill_switch_is_refused_in_one_line(engine_args, tiny_configs, monkeypatch):
+    """SGLANG_DDTREE_PREFILL_ASYNC (worker.prefill, experimental) is read at validation too."""
+    kw = dict(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    monkeypatch.setenv("SGLANG_DDTREE_PREFILL_ASYNC", "on")
+    with pytest.raises(ValueError, match=r"^SGLANG_DDTREE_PREFILL_ASYNC='on': use 1 \(DDTREE's prefill without the "
+                                         r"host wait \(0\.5\.16 family\)\) or 0 \(upstream's prefill\)\.$"):
+        engine_args(**kw)
+    monkeypatch.setenv("SGLANG_DDTREE_PREFILL_ASYNC", "1")
+    assert resolved(engine_args(**kw)).speculative_algorithm == "DDTREE"
+
+
 def test_engine_kwargs_are_accepted(engine_args, tiny_configs):
     sa = engine_args(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"],
                      speculative_ddtree_budget=32, speculative_ddtree_topk=2)

@@ -243,6 +243,16 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
                           "per-width verify graphs and calibration"),
     _params(f"{_WORKER}._append_target_hidden_to_draft_kv_by_loc",
             "target_hidden, cache_loc, positions, cache_loc_2d, commit_lens", "COMMIT step (worker)"),
+    # worker.prefill (SGLANG_DDTREE_PREFILL_ASYNC=1, the 0.5.16 family only): upstream's prefill steps, restated
+    *_on(_WORKER, MEMBER, "<0.5.17",
+         _validate_phase1_sampling_support="worker.prefill: upstream's check before the prefill"),
+    _params("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation", "batch, capture_hidden_mode",
+            "worker.prefill: the target's prefill with the drafter's hidden states", "<0.5.17"),
+    Symbol(f"{_FORWARD_INFO}.compute_position", "worker.prefill: the prompt tokens' positions for the draft KV"),
+    _params(f"{_FORWARD_INFO}.compute_position", "attn_backend, extend_prefix_lens, extend_seq_lens, "
+            "extend_seq_lens_sum", "worker.prefill (positional)", "<0.5.17"),
+    *_on(_BATCH, FIELD, "<0.5.17", extend_lens="worker.prefill: prompt tokens per request",
+         prefix_lens="worker.prefill: cached prefix per request"),
     *_on(_WORKER, INSTANCE,
          server_args="set back to the target's args after super().__init__",
          device="the worker's device",

@@ -18,6 +18,9 @@ class Adapter:
     # from the process-wide ``get_spec()`` namespace (published from the target's server args) instead of
     # the server_args object they were given.
     reads_spec_process_wide = False
+    # Whether upstream DFLASH's prefill is 0.5.16's (two blocking list-to-device copies), which
+    # ``worker.prefill`` can stand in for under SGLANG_DDTREE_PREFILL_ASYNC=1; later families keep upstream's.
+    own_prefill = True
 
     def __init__(self, version: str):
         self.version = version

@@ -41,7 +41,7 @@ from sglang_ddtree.compat import adapter
 from sglang_ddtree.config import DDTreeConfig, chain_shaped, resolved_args
 from sglang_ddtree.worker.draft_head import build_draft_head, describe_select
 from sglang_ddtree.worker.draft_view import draft_server_args_view
-from sglang_ddtree.worker import admission, draft_kv_graph, fa3_tree, head_graph, hybrid, sampling, warmup
+from sglang_ddtree.worker import admission, draft_kv_graph, fa3_tree, head_graph, hybrid, prefill, sampling, warmup
 from sglang_ddtree.worker.info import DDTreeDraftInput, DDTreeVerifyInput, make_draft_input
 from sglang_ddtree.worker.kv_commit import AcceptedKVMover, greedy_accept_commit, root_commit, root_slots
 from sglang_ddtree.worker.chain_inputs import ChainInputs
@@ -78,6 +78,7 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._eager_head is None:
             raise ValueError(f"--speculative-algorithm DDTREE needs a floating-point target LM head: {reason}.")
         self._warned_host_sync = False
+        self._own_prefill = prefill.enabled()  # worker.prefill (experimental), else upstream's prefill
         self._move_kv = None  # AcceptedKVMover, made at the first round (the target's pool exists by then)
         self._fa3_tree_bits = None  # whether rounds write ancestor bits for fa3's fused tree attention (first round)
         self._widths = None  # --speculative-ddtree-budget auto: VerifyWidths + AutoWidth (init_cuda_graphs)
@@ -266,6 +267,8 @@ class DDTreeWorker(DFlashWorkerV2):
         if self._auto is not None and (extend or batch.forward_mode.is_idle()):
             self._auto.interrupt()  # budget auto: the last decode round's period would hold this forward
         if extend:
+            if self._own_prefill:  # SGLANG_DDTREE_PREFILL_ASYNC=1 (worker.prefill, experimental)
+                return prefill.prefill(self, batch, on_publish)
             return super().forward_batch_generation(batch, on_publish)
         # Refused per request on arrival (request_checks); a batch can only get here without them.
         assert not getattr(batch, "return_logprob", False), "return_logprob must be refused per request"

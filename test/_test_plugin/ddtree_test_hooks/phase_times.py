@@ -120,6 +120,7 @@ TARGETS: Tuple[Tuple[str, str], ...] = (
     ("sglang.srt.model_executor.runner.prefill_cuda_graph_runner.PrefillCudaGraphRunner.execute",
      "prefill_graph.execute"),
     ("sglang.srt.speculative.dflash_worker_v2.compute_position", "dflash compute_position"),
+    ("sglang_ddtree.worker.prefill.prefill", "DDTREE prefill"),  # SGLANG_DDTREE_PREFILL_ASYNC=1 (+prefillasync)
     ("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor."
      "process_batch_result_prefill", "process_batch_result_prefill"),
     ("sglang.srt.managers.schedule_batch.ScheduleBatch.merge_batch", "ScheduleBatch.merge_batch"),
@@ -138,7 +139,7 @@ WAIT_TARGETS = frozenset({"run_batch", "get_next_batch_to_run", "process_batch_r
 PREFILL_LABELS = frozenset({"DFlashWorkerV2.forward", "draft_kv_append_eager", "get_new_batch_prefill",
                             "ScheduleBatch.prepare_for_extend", "prefill_graph.execute", "dflash compute_position",
                             "process_batch_result_prefill", "ScheduleBatch.merge_batch", "report_prefill_stats",
-                            "alloc_for_spec_decode"})
+                            "alloc_for_spec_decode", "DDTREE prefill"})
 # DDTREE_TEST_PHASE_SPLIT's targets: WAIT_TARGETS and the parts of a decode iteration each called about once an
 # iteration (the scheduling, the future map, the forward's set-up and replay, sampling, the round and its verify),
 # few enough hooks (~1 us each) that a speculative iteration compares with a plain one; the full set times hot
