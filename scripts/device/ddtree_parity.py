@@ -48,6 +48,7 @@ NO_WARMUP = {WARMUP_ENV: "0"}  # each compiled at its first round
 HEAD_GRAPH = {HEAD_GRAPH_ENV: "1"}  # a tree round's slots, build and topology as one CUDA-graph replay (head_graph;
 #                                     the default since session 41, stated)
 HEAD_EAGER = {HEAD_GRAPH_ENV: "0"}  # the eager tree head
+PREFILL_ASYNC = {"SGLANG_DDTREE_PREFILL_ASYNC": "1"}  # worker.prefill (experimental, session 44)
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -139,6 +140,13 @@ CONFIGS = {
     "dd_fa3_auto_cycle_headgraph_nograph": ddtree("auto", 8, backend="fa3", disable_cuda_graph=True, _env=HEAD_GRAPH,
                                                   _test_hooks=dict(cycle_budgets=True)),
     "dd_fa3_b64_headeager": ddtree(64, 8, backend="fa3", _env=HEAD_EAGER),
+    # DDTREE's own prefill without upstream's host wait (worker.prefill, 0.5.16 family, off by default): the prompts
+    # of every batch size go through it, with and without overlap, and budget auto's bucket cycle on triton
+    "dd_fa3_b64_prefillasync": ddtree(64, 8, backend="fa3", _env=PREFILL_ASYNC),
+    "dd_fa3_b15_nooverlap_prefillasync": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True,
+                                                _env=PREFILL_ASYNC),
+    "dd_triton_auto_cycle_prefillasync": ddtree("auto", 8, _env=PREFILL_ASYNC,
+                                                _test_hooks=dict(cycle_budgets=True)),
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
     # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
     # have block 8: the chain of 7 drafts

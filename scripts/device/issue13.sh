@@ -46,6 +46,9 @@
 #                                             # everyday-features test on fa3 with the defaults (fa3 staged)
 #     bash scripts/device/issue13.sh below    # fixed budgets below the drafter's L - 1 positions with the head graphs
 #                                             # (session 42's crash): the head GPU test and sharp fa3 parity of b3 / b7
+#     bash scripts/device/issue13.sh prefill  # worker.prefill (SGLANG_DDTREE_PREFILL_ASYNC=1, session 44): sharp
+#                                             # parity with it on fa3 / triton; PREFILL_PAIRED=1: the one-length A/B
+#                                             # of auto with and without it, AR beside (fa3 staged)
 #     bash scripts/device/issue13.sh features # budget auto through the everyday-features test (it had only run fixed
 #                                             # budgets; auto as the default waits on it): fa3 and triton side by
 #                                             # side, DDTREE_TEST_BUDGET=auto (FEATURES_BUDGET overrides; fa3 staged)
@@ -155,6 +158,23 @@ case "${1:-}" in
     CMD_TIMEOUT_S=$LIM exec bash $PAR \
       "unit=$PYT test/worker/test_head_graph_gpu.py" \
       "parity_fa3=$MODELS /tmp/m_fa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_fa --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b3,sharp:dd_fa3_b7 --deadline-s $(( LIM - 30 ))"
+    ;;
+  prefill)
+    # session 44: DDTREE's own prefill without upstream's host wait (worker.prefill, SGLANG_DDTREE_PREFILL_ASYNC=1,
+    # off by default): sharp greedy parity with it (fa3 b64, fa3 b15 without overlap, auto's bucket cycle on triton)
+    # beside the prefill's GPU-free unit tests; then PREFILL_PAIRED=1: a paired one-length A/B, auto with and
+    # without it, AR beside, cells of 256 x 128 tokens at bs 16 (fa3 staged)
+    LIM=${CMD_TIMEOUT_S:-300}
+    if [ -z "${PREFILL_PAIRED:-}" ]; then
+      CMD_TIMEOUT_S=$LIM exec bash $PAR \
+        "unit=python3 -m pytest -q -p no:cacheprovider test/worker/test_prefill.py" \
+        "parity_fa3=$MODELS /tmp/m_pa && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_pa --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_b64_prefillasync,sharp:dd_fa3_b15_nooverlap_prefillasync --deadline-s $(( LIM - 30 ))" \
+        "parity_triton=$MODELS /tmp/m_pb && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_pb --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_auto_cycle_prefillasync --deadline-s $(( LIM - 30 ))"
+    fi
+    PAIRED_SCHEDULE=continuous PAIRED_LENGTH_SPREAD=0 PAIRED_NEW_TOKENS=128 PAIRED_PROMPTS=${PAIRED_PROMPTS:-256} \
+      PAIRED_BS=${PAIRED_BS:-16} PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
+      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,ddtree:auto:8+fa3+loginfo,ddtree:auto:8+fa3+prefillasync+loginfo} \
+      PAIRED_BASES=${PAIRED_BASES:-ddtree:auto:8+fa3+loginfo,plain+fa3+loginfo} exec bash "$0" paired
     ;;
   features)
     # session 43: the everyday features (batching, radix cache, chunked prefill, stops, aborts, long prompts, the
@@ -342,7 +362,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|lean|below|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|below|prefill|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac
