@@ -406,7 +406,8 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
     *_on("sglang.srt.model_executor.runner_backend.full_cuda_graph_backend.FullCudaGraphBackend", INSTANCE,
          _graphs="budget auto: {ShapeKey: CUDAGraph} replayed by the start-up calibration (other graph backends: "
                  "no calibration, costs from observed rounds)"),
-    Symbol("sglang.srt.utils.get_available_gpu_memory", "budget auto: graph memory per bucket width (log; graph_memory_short's guard)"),
+    Symbol("sglang.srt.utils.get_available_gpu_memory",
+           "budget auto: graph memory per bucket width (log; graph_memory_short's guard)"),
     _params("sglang.srt.arg_groups.arg_utils.Arg", "type_parser", "--speculative-ddtree-budget: an int or auto"),
     *_on("sglang.srt.configs.model_config.ModelConfig", INSTANCE, hf_config="validation: hybrid check"),
     *_on("sglang.srt.model_executor.model_runner.ModelRunnerOutput", FIELD,

@@ -119,6 +119,7 @@ def graph_memory_short(width: int, measured_gb: Dict[int, float], free_gb: float
     need = max(measured_gb[widest], 0.0) * width / widest
     return need if GRAPH_MEMORY_SHORT * need > free_gb else None
 
+
 @contextlib.contextmanager
 def verify_width_args(server_args, num_draft_tokens: int, topk: Optional[int] = None):
     """The target's server args saying verify width ``num_draft_tokens`` (and, with ``topk``, that top-K: 1 for
@@ -165,8 +166,8 @@ class VerifyWidths:
             need = graph_memory_short(budget + 1, measured, before) if capture_graphs else None
             if need is not None:
                 raise RuntimeError(
-                    f"DDTREE budget auto: the verify CUDA graphs of width {budget + 1} need about {need:.2f} GB of GPU "
-                    f"memory and {before:.2f} GB is free; start with a lower --mem-fraction-static (now "
+                    f"DDTREE budget auto: the verify CUDA graphs of width {budget + 1} need about {need:.2f} GB of "
+                    f"GPU memory and {before:.2f} GB is free; start with a lower --mem-fraction-static (now "
                     f"{getattr(server_args, 'mem_fraction_static', None)}), a smaller --cuda-graph-max-bs, or a fixed "
                     f"--speculative-ddtree-budget (auto is the default on dense targets at tp 1).")
             with verify_width_args(server_args, budget + 1, topk=1 if config.verifies_causally(budget) else None):
