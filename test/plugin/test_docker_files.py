@@ -304,9 +304,10 @@ def test_compose_file_is_valid_yaml_with_the_ddtree_flags():
     assert svc["build"] == {"context": "..", "dockerfile": "docker/Dockerfile"}
     assert svc["entrypoint"] == "python3 -m sglang.launch_server"
     cmd = svc["command"].split()
-    for flag, value in (("--speculative-algorithm", "DDTREE"), ("--speculative-ddtree-budget", "64"),
-                        ("--attention-backend", "triton"), ("--host", "0.0.0.0"), ("--port", "30000")):
+    for flag, value in (("--speculative-algorithm", "DDTREE"), ("--attention-backend", "triton"),
+                        ("--host", "0.0.0.0"), ("--port", "30000")):
         assert cmd[cmd.index(flag) + 1] == value, flag
+    assert "--speculative-ddtree-budget" not in cmd  # the default: budget auto on a dense target (session 44)
     assert "--speculative-draft-model-path" in cmd and "--model-path" in cmd
     for flag in cmd:
         if flag.startswith("--speculative-ddtree-"):
@@ -323,6 +324,7 @@ def test_readme_build_and_run_commands():
     assert "--build-arg SGLANG_IMAGE=" in text
     for needle in ("--gpus all", "--ipc=host", "-p 30000:30000", "-v ~/.cache/huggingface:/root/.cache/huggingface",
                    "--speculative-algorithm DDTREE", "--speculative-draft-model-path", "--speculative-ddtree-budget 64",
+                   "gets `auto`",
                    "--attention-backend triton", "python3 -m sglang_ddtree doctor", "cu128", "trtllm_mha",
                    "--mamba-scheduler-strategy extra_buffer", "docker info"):
         assert needle in text, needle
