@@ -274,6 +274,15 @@ case "${1:-}" in
       --length-spread "${PAIRED_LENGTH_SPREAD:-0}" \
       --schedule "${PAIRED_SCHEDULE:-waves}" --out "$OUT/$NAME" 2>&1 | grep -v "GC start\|GC end" | tail -n 60
     [ "$1" = gc ] && python3 benchmark/gc_log_summary.py "$OUT"/paired_logs/engine_*.log --json "$OUT/gc_summary.json"
+    # engines at INFO (+loginfo): each 40-round interval's time outside the rounds, per prefill batch (session 44;
+    # engine_i.log is the i-th config of PAIRED_CONFIGS)
+    if grep -qs "Decode batch" "$OUT"/paired_logs/engine_*.log; then
+      echo "[prefill_gaps] engines in order: $CONFIGS"
+      # shellcheck disable=SC2046
+      python3 benchmark/prefill_gaps.py $(ls "$OUT"/paired_logs/engine_*.log | sort -V) --json "$OUT/prefill_gaps.json" \
+        > "$OUT/prefill_gaps.txt" 2>&1
+      sed 's|.*/paired_logs/||' "$OUT/prefill_gaps.txt" | tail -n 30
+    fi
     if [ -n "${PAIRED_PHASES:-}" ]; then
       python3 benchmark/phase_times_summary.py "$OUT/phases" --json "$OUT/phase_times.json" > "$OUT/phase_times.txt" 2>&1
       tail -n 80 "$OUT/phase_times.txt"
