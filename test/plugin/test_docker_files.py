@@ -324,7 +324,7 @@ def test_readme_build_and_run_commands():
     assert "--build-arg SGLANG_IMAGE=" in text
     for needle in ("--gpus all", "--ipc=host", "-p 30000:30000", "-v ~/.cache/huggingface:/root/.cache/huggingface",
                    "--speculative-algorithm DDTREE", "--speculative-draft-model-path", "--speculative-ddtree-budget 64",
-                   "gets `auto`",
+                   "`auto`: each round verifies the tree size that pays",
                    "--attention-backend triton", "python3 -m sglang_ddtree doctor", "cu128", "trtllm_mha",
                    "--mamba-scheduler-strategy extra_buffer", "docker info"):
         assert needle in text, needle
