@@ -89,14 +89,12 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
                                                     "speculative_ddtree_topk": topk})
 
     _check_platform_and_parallelism(server_args)
-    if auto_largest is not None:
-        family = adapter().family
-        if family != "0.5.16":
-            raise DDTreeArgumentError(
-                f"{BUDGET_FLAG} {AUTO} needs SGLang 0.5.16 for now (its per-width verify backends read the width "
-                f"from the server args; from 0.5.17 backends read the process-wide get_spec()), installed family "
-                f"{family}; use a fixed budget."
-            )
+    if auto_largest is not None and not adapter().budget_auto:
+        raise DDTreeArgumentError(
+            f"{BUDGET_FLAG} {AUTO} needs SGLang 0.5.16 for now (its per-width verify backends read the width "
+            f"from the server args; from 0.5.17 backends read the process-wide get_spec()), installed family "
+            f"{adapter().family}; use a fixed budget."
+        )
     if auto_largest is not None and server_args.tp_size > 1 and not auto_tp_enabled():
         raise DDTreeArgumentError(
             f"{BUDGET_FLAG} {AUTO} with --tp-size {server_args.tp_size} is not yet verified on GPUs (the ranks agree "
@@ -234,9 +232,8 @@ def auto_default_unverified(server_args):
     from sglang_ddtree.compat import adapter
     from sglang_ddtree.worker import fa3_tree
 
-    family = adapter().family
-    if family != "0.5.16":
-        return f"SGLang release family {family}"
+    if not adapter().budget_auto:
+        return f"SGLang release family {adapter().family}"
     view = resolved_view(server_args)
     if view.tp_size > 1:
         return f"--tp-size {view.tp_size}"

@@ -37,6 +37,14 @@ def test_the_installed_release_gets_its_familys_adapter():
     assert compat.adapter().family == compat.family_of(installed).first
 
 
+def test_budget_auto_only_where_backends_read_their_own_widths():
+    # auto's per-width verify backends read the width from their server args: the 0.5.16 family only, and every
+    # family after it says so through the attribute it inherits (validation reads it, never a family's name)
+    for release in SUPPORT_MATRIX:
+        a = compat.adapter_for(release)
+        assert a.budget_auto == (not a.reads_spec_process_wide) == (a.family == "0.5.16"), release
+
+
 def test_process_wide_widths_from_0_5_17():
     assert not sglang_0_5_16.Adapter("0.5.16").reads_spec_process_wide
     assert sglang_0_5_17.Adapter("0.5.17").reads_spec_process_wide

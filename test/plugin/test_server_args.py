@@ -702,7 +702,8 @@ def test_budget_auto_refuses_releases_whose_backends_read_get_spec(engine_args, 
 
     installed = compat.adapter()  # its resolution, another family's name
     monkeypatch.setattr(compat, "adapter",
-                        lambda: types.SimpleNamespace(family="0.5.17", resolve_fields=installed.resolve_fields,
+                        lambda: types.SimpleNamespace(family="0.5.17", budget_auto=False,
+                                                      resolve_fields=installed.resolve_fields,
                                                       attention_dp_flag=installed.attention_dp_flag))
     with pytest.raises(ValueError, match=r"--speculative-ddtree-budget auto needs SGLang 0.5.16 for now .* "
                                          r"installed family 0.5.17; use a fixed budget"):
