@@ -147,6 +147,9 @@ CONFIGS = {
                                                 _env=PREFILL_ASYNC),
     "dd_triton_auto_cycle_prefillasync": ddtree("auto", 8, _env=PREFILL_ASYNC,
                                                 _test_hooks=dict(cycle_budgets=True)),
+    # the same on triton alone (session 45: a call with no time to stage fa3)
+    "dd_triton_b64_prefillasync": ddtree(64, 8, _env=PREFILL_ASYNC),
+    "dd_triton_b15_nooverlap_prefillasync": ddtree(15, 4, disable_overlap_schedule=True, _env=PREFILL_ASYNC),
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
     # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
     # have block 8: the chain of 7 drafts
