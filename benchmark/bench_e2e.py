@@ -161,7 +161,14 @@ _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disabl
               "loginfo": dict(log_level="info"),
               # a decode-log line every round (a diagnostic: the lines cost host time): budget auto's bucket and
               # period per round, which benchmark/auto_log_rounds.py summarises per bucket (median against mean)
-              "logrounds": dict(log_level="info", decode_log_interval=1)}
+              "logrounds": dict(log_level="info", decode_log_interval=1),
+              # the target's prefill CUDA graphs from 1 token (upstream's list starts at 4 and replays a batch only
+              # where padding at most doubles it, so a prefill of 1 new token, the whole prefill of a prompt the
+              # radix cache holds but its last token, runs eagerly; session 45: ~400 of them per speculative engine
+              # in session 43's one-length run, ~10 in AR's)
+              "pregraph1": dict(cuda_graph_bs_prefill=[1, 2] + list(range(4, 33, 4)) + list(range(48, 257, 16))
+                                + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+                                + list(range(1280, 2049, 256)))}
 # Config modifiers that set environment variables of the engine's processes (``engine_env``).
 ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
