@@ -11,7 +11,11 @@ Per interval (the time since the previous decode line):
 - for budget auto, the rounds' own time: the interval's rounds by budget x the cost model's ms/round of each
   budget at the logged batch size (the policy's estimates of its rounds, GPU events read a round later);
 - the rest, the interval's time outside its rounds: prefill iterations, the scheduling around them, idle;
-- the prefill batches in it, and the requests they admitted (#new-seq).
+- the prefill batches in it, and the requests they admitted (#new-seq);
+- how many of those batches ran without the target's prefill CUDA graph (``cuda graph: False``: upstream's capture
+  list starts at 4 tokens and a replay may at most double a batch, so a 1-token prefill, a prompt the radix cache
+  holds but its last token, runs eagerly; session 45 found ~400 such batches in each speculative engine of session
+  43's one-length run, ~10 in AR's; ``+pregraph1`` captures from 1 token).
 
 Per engine and batch-size band it prints the median throughput and prefills per interval and, for auto, the rest
 per prefill batch (the sum of the rests over the sum of the prefills) and a least-squares slope of the rest
@@ -46,10 +50,11 @@ def intervals(lines, interval=DECODE_INTERVAL):
     """[dict(running, throughput, wall_s, rounds_s or None, prefills, admitted)] per decode-log line of ``lines``
     (the first line after start, throughput 0, left out). ``rounds_s`` only where the line carries auto's budget
     mix and a cost for every budget in it."""
-    out, prefills, admitted = [], 0, 0
+    out, prefills, admitted, eager = [], 0, 0, 0
     for line in lines:
         if "Prefill batch" in line:
             prefills += 1
+            eager += "cuda graph: False" in line
             m = _NEW_SEQ.search(line)
             admitted += int(m.group(1)) if m else 0
             continue
@@ -61,7 +66,7 @@ def intervals(lines, interval=DECODE_INTERVAL):
         running, thr = int(running.group(1)), float(thr.group(1))
         accept = _ACCEPT.search(line)
         accept = float(accept.group(1)) if accept else 1.0
-        row = dict(running=running, throughput=thr, prefills=prefills, admitted=admitted, rounds_s=None,
+        row = dict(running=running, throughput=thr, prefills=prefills, admitted=admitted, eager=eager, rounds_s=None,
                    wall_s=running * interval * accept / thr if thr > 0 else None)
         mix, costs = _MIX.search(line), _COSTS.search(line)
         if mix and costs:
@@ -75,7 +80,7 @@ def intervals(lines, interval=DECODE_INTERVAL):
             counts = {k: int(v) for k, v in re.findall(r"((?:chain)?\d+):(\d+)", mix.group(1))}
             if counts and all(k in est for k in counts):
                 row["rounds_s"] = sum(n * est[k] for k, n in counts.items()) / 1000.0
-        prefills, admitted = 0, 0
+        prefills, admitted, eager = 0, 0, 0
         if row["wall_s"] is not None:
             out.append(row)
     return out
@@ -91,7 +96,8 @@ def summarise(rows, bands, max_interval_s):
         band = dict(intervals=len(rr), throughput_median=round(statistics.median(r["throughput"] for r in rr), 1),
                     wall_ms_median=round(1000 * statistics.median(r["wall_s"] for r in rr), 2),
                     prefills_mean=round(statistics.fmean(r["prefills"] for r in rr), 2),
-                    admitted_mean=round(statistics.fmean(r["admitted"] for r in rr), 2))
+                    admitted_mean=round(statistics.fmean(r["admitted"] for r in rr), 2),
+                    eager_mean=round(statistics.fmean(r["eager"] for r in rr), 2))
         timed = [r for r in rr if r["rounds_s"] is not None]
         if timed:
             rest = [r["wall_s"] - r["rounds_s"] for r in timed]
@@ -134,7 +140,7 @@ def main(argv=None) -> int:
                     f"(slope {s.get('rest_ms_slope_per_prefill', '-')})" if "rest_ms_mean" in s else "")
             print(f"{path} [{algo}] running {band}: {s['intervals']} intervals, {s['throughput_median']} tok/s "
                   f"median, {s['wall_ms_median']} ms, {s['prefills_mean']} prefills ({s['admitted_mean']} "
-                  f"requests){', rounds ' + str(s['rounds_ms_mean']) + ' ms' if 'rounds_ms_mean' in s else ''}{rest}")
+                  f"requests, {s['eager_mean']} eager){', rounds ' + str(s['rounds_ms_mean']) + ' ms' if 'rounds_ms_mean' in s else ''}{rest}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

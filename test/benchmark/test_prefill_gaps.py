@@ -23,7 +23,7 @@ def _auto_log():
     # interval 2: 1600 tokens at 10000 tok/s = 160 ms; rounds 40 x 2.5 = 100 ms; 5 prefills (2 requests each)
     return (["server_args=DDTreeServerArgs(model_path='t', speculative_algorithm='DDTREE', x=1)",
              _DECODE.format(bs=16, acc="2.50", mix="15:40", c15="2.00", tput="0.00")]  # the first line: no interval
-            + [_PREFILL.format(n=1)] * 10
+            + [_PREFILL.format(n=1)] * 8 + [_PREFILL.format(n=1).replace("cuda graph: True", "cuda graph: False")] * 2
             + [_DECODE.format(bs=16, acc="2.50", mix="15:20 63:20", c15="2.00", tput="8000.00")]
             + [_PREFILL.format(n=2)] * 5
             + [_DECODE.format(bs=16, acc="2.50", mix="15:40", c15="2.50", tput="10000.00")]
@@ -32,7 +32,7 @@ def _auto_log():
 
 def test_intervals_read_wall_rounds_and_prefills():
     rows = prefill_gaps.intervals(_auto_log())
-    assert [(r["prefills"], r["admitted"]) for r in rows] == [(10, 10), (5, 10), (0, 0)]
+    assert [(r["prefills"], r["admitted"], r["eager"]) for r in rows] == [(10, 10, 2), (5, 10, 0), (0, 0, 0)]
     assert [round(r["wall_s"], 4) for r in rows] == [0.2, 0.16, 0.16]
     assert [r["rounds_s"] and round(r["rounds_s"], 4) for r in rows] == [0.1, 0.1, None]
 
@@ -42,6 +42,7 @@ def test_summary_rest_per_prefill_and_slope():
     assert list(s) == ["8-16"]  # no interval in the other band
     band = s["8-16"]
     assert band["intervals"] == 3 and band["throughput_median"] == 10000.0
+    assert band["eager_mean"] == round(2 / 3, 2)  # prefill batches without the target's prefill graph
     assert band["rest_ms_mean"] == 80.0  # (100 + 60) / 2 ms over the two timed intervals
     assert band["rest_ms_per_prefill"] == round(160 / 15, 2)
     assert band["rest_ms_slope_per_prefill"] == 8.0  # (100 - 60) ms / (10 - 5) prefills
@@ -59,5 +60,5 @@ def test_cli_on_a_plain_log(tmp_path, capsys):
     assert report["algorithm"] == "none"
     # the first line's interval (640 tokens at 10 tok/s = 64 s) is a pause: left out; the second is 40 ms
     assert report["bands"]["8-16"] == dict(intervals=1, throughput_median=16000.0, wall_ms_median=40.0,
-                                           prefills_mean=1, admitted_mean=16)
+                                           prefills_mean=1, admitted_mean=16, eager_mean=0)
     assert "running 8-16: 1 intervals, 16000.0 tok/s" in capsys.readouterr().out
