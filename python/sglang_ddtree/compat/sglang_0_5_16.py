@@ -21,12 +21,16 @@ class Adapter:
     # Whether upstream DFLASH's prefill is 0.5.16's (two blocking list-to-device copies), which
     # ``worker.prefill`` can stand in for under SGLANG_DDTREE_PREFILL_ASYNC=1; later families keep upstream's.
     own_prefill = True
-    # Whether budget auto runs here (and so is the default where ``validation.auto_default_unverified`` allows): its
-    # per-width verify backends read the width from their own server args, which from 0.5.17 they no longer do.
-    budget_auto = True
 
     def __init__(self, version: str):
         self.version = version
+
+    @property
+    def budget_auto(self) -> bool:
+        """Whether budget auto runs here (and so is the default where ``validation.auto_default_unverified``
+        allows): its per-width verify backends read the width from their own server args, so not where upstream's
+        backends read it process-wide."""
+        return not self.reads_spec_process_wide
 
     def __repr__(self) -> str:
         return f"<sglang_ddtree.compat adapter {self.family} for sglang {self.version}>"

@@ -14,7 +14,6 @@ from sglang_ddtree.compat import sglang_0_5_16
 class Adapter(sglang_0_5_16.Adapter):
     family = "0.5.17"
     own_prefill = False  # worker.prefill is written against 0.5.16's prefill only
-    budget_auto = False  # per-width verify backends would read the process-wide get_spec(), not their server args
     reads_spec_process_wide = True
 
     def drafter_widths(self, config):
