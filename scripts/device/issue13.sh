@@ -49,6 +49,9 @@
 #     bash scripts/device/issue13.sh prefill  # worker.prefill (SGLANG_DDTREE_PREFILL_ASYNC=1, session 44): sharp
 #                                             # parity with it on fa3 / triton; PREFILL_PAIRED=1: the one-length A/B
 #                                             # of auto with and without it, AR beside (fa3 staged)
+#     bash scripts/device/issue13.sh pregraph # prefill graphs from 1 token (+pregraph1) and worker.prefill
+#                                             # (+prefillasync) against auto as is, one length, AR beside, then
+#                                             # sharp parity of both (triton: no fa3 staging; session 46)
 #     bash scripts/device/issue13.sh features # budget auto through the everyday-features test (it had only run fixed
 #                                             # budgets; auto as the default waits on it): fa3 and triton side by
 #                                             # side, DDTREE_TEST_BUDGET=auto (FEATURES_BUDGET overrides; fa3 staged)
@@ -175,6 +178,20 @@ case "${1:-}" in
       PAIRED_BS=${PAIRED_BS:-16} PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
       PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,ddtree:auto:8+fa3+loginfo,ddtree:auto:8+fa3+prefillasync+loginfo} \
       PAIRED_BASES=${PAIRED_BASES:-ddtree:auto:8+fa3+loginfo,plain+fa3+loginfo} exec bash "$0" paired
+    ;;
+  pregraph)
+    # session 46: one call on triton (no fa3 staging): the one-length A/B of session 45's two candidates for a
+    # speculative engine's prefill cost, auto as is against auto with the target's prefill graphs from 1 token
+    # (+pregraph1: upstream's --cuda-graph-bs-prefill with 1 and 2 in front) and with DDTREE's own prefill
+    # (+prefillasync), AR beside (prefill_gaps.txt: each engine's eager prefills and rest per prefill); then sharp
+    # greedy parity of both on triton (the parity prompts return after bs 1, so later prefills are 1-token ones)
+    OUT=${OUT:-/tmp/pregraph_out}
+    mkdir -p "$OUT"
+    PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+loginfo,ddtree:auto:8+loginfo,ddtree:auto:8+pregraph1+loginfo,ddtree:auto:8+prefillasync+loginfo} \
+      PAIRED_BASES=${PAIRED_BASES:-ddtree:auto:8+loginfo,plain+loginfo} PAIRED_REPEATS=${PAIRED_REPEATS:-2} \
+      PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-270} PREFILL_PAIRED=1 OUT=$OUT bash "$0" prefill
+    CMD_TIMEOUT_S=${PARITY_TIMEOUT_S:-270} exec bash $PAR \
+      "parity=$MODELS /tmp/m_pg && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_pg --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b64_pregraph1,sharp:dd_triton_auto_cycle_pregraph1,sharp:dd_triton_b15_nooverlap_pregraph1,sharp:dd_triton_b64_prefillasync,sharp:dd_triton_b15_nooverlap_prefillasync --deadline-s $(( ${PARITY_TIMEOUT_S:-270} - 30 ))"
     ;;
   features)
     # session 43: the everyday features (batching, radix cache, chunked prefill, stops, aborts, long prompts, the
@@ -371,7 +388,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|lean|below|prefill|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|below|prefill|pregraph|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac
