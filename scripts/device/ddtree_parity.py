@@ -159,6 +159,8 @@ CONFIGS = {
     # after bs 1, so their prefills are the radix cache's 1-token remainders, now replayed from graphs
     "plain_triton_pregraph1": dict(attention_backend="triton", **PREGRAPH1),
     "dd_triton_b64_pregraph1": ddtree(64, 8, **PREGRAPH1),
+    "dd_triton_auto_cycle_pregraph1_cached": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True), _cached_bs1=True,
+                                                    **PREGRAPH1),
     "dd_triton_b15_nooverlap_pregraph1": ddtree(15, 4, disable_overlap_schedule=True, **PREGRAPH1),
     "dd_triton_auto_cycle_pregraph1": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True), **PREGRAPH1),
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
@@ -206,6 +208,10 @@ def make_prompts(tokenizer, n=48):
 
 
 BATCH_SIZES = (1, 4, 16, 48)  # every prompt at every batch size, except batch 1: the first BS1_PROMPTS
+# a config with "_cached_bs1": True also decodes the first BS1_PROMPTS one at a time AGAIN at the end, reported as
+# "1c": the radix cache then holds each prompt but its last token, so every prefill is one token (session 46: the
+# path prefill graphs from 1 token replace; at 4 / 16 / 48 such requests arrive together and prefill 4+ tokens)
+CACHED_BS1 = "1c"
 BS1_PROMPTS = 32
 MODEL_DIRS = {"sharp": ("target_sharp", "draft_sharp"), "bias": ("target", "draft_bias")}
 
@@ -236,6 +242,7 @@ def run_config(name, target, draft, prompts, max_new_tokens, out_dir="."):
 
     kw = dict(CONFIGS[name])
     hooks = kw.pop("_test_hooks", None)
+    batch_sizes = BATCH_SIZES + ((CACHED_BS1,) if kw.pop("_cached_bs1", False) else ())
     compile_log = None
     if hooks and hooks.get("compile_watch"):  # the test plugin's compile watch, logged beside results.jsonl
         compile_log = os.path.abspath(os.path.join(out_dir, f"compiles_{name}.jsonl"))
@@ -253,11 +260,12 @@ def run_config(name, target, draft, prompts, max_new_tokens, out_dir="."):
     params = dict(temperature=0.0, max_new_tokens=max_new_tokens, ignore_eos=True)
     out = {"outputs": {}, "accept": {}}
     try:
-        for bs in BATCH_SIZES:
-            subset = prompts[:BS1_PROMPTS] if bs == 1 else prompts
+        for bs in batch_sizes:
+            subset = prompts[:BS1_PROMPTS] if bs in (1, CACHED_BS1) else prompts
+            step = 1 if bs == CACHED_BS1 else bs
             ids, acc = [None] * len(subset), [None] * len(subset)
-            for s in range(0, len(subset), bs):
-                res = engine.generate(input_ids=subset[s : s + bs], sampling_params=params)
+            for s in range(0, len(subset), step):
+                res = engine.generate(input_ids=subset[s : s + step], sampling_params=params)
                 for j, r in enumerate(res):
                     ids[s + j] = list(r["output_ids"])
                     acc[s + j] = r["meta_info"].get("spec_accept_length")
