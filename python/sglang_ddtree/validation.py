@@ -151,6 +151,8 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
             topk = _topk_within(topk, budget, f"budget {AUTO}'s largest bucket {budget} here")
             fields.update(speculative_ddtree_budget=requested, speculative_ddtree_topk=topk)
     fields.update(speculative_eagle_topk=topk, speculative_num_draft_tokens=budget + 1)
+    if not hybrid:  # dense targets: where they ran (a hybrid target's prefill also writes its recurrent states)
+        fields.update(_prefill_graphs_from_one_token(server_args))
     adapter().resolve_fields(server_args, _SOURCE, fields)
     config = DDTreeConfig.from_server_args(server_args)
     if hybrid:  # release checked (_check_unsupported_features)
@@ -167,6 +169,47 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
     )
     _log_flashinfer_plan(server_args)
     return config
+
+
+# The target's prefill CUDA graphs DDTREE adds below upstream's smallest (SGLang captures prefill graphs from 4 tokens
+# and replays one only where padding at most doubles a batch, so a 1- or 2-token prefill runs eagerly), on dense
+# targets with the attention backends a GPU ran them on (session 46, H100: triton; fa3 and flashinfer keep upstream's list
+# until they have run there).
+SMALL_PREFILL_GRAPH_TOKENS = (1, 2)
+SMALL_PREFILL_GRAPH_BACKENDS = ("triton",)
+
+
+def _prefill_graphs_from_one_token(server_args) -> dict:
+    """``{"cuda_graph_config": ...}`` with ``SMALL_PREFILL_GRAPH_TOKENS`` in front of the target's breakable prefill
+    graph sizes upstream chose, or ``{}`` where the user named the sizes (``--cuda-graph-bs-prefill``), prefill graphs
+    are another graph backend or off, the target's prefill attention backend is not one of
+    ``SMALL_PREFILL_GRAPH_BACKENDS``, or the sizes already start there. Why: a speculative engine's requests end on
+    different rounds, so each successor is admitted alone; where the radix cache holds its prompt but the last token,
+    its whole prefill is 1 token, which upstream runs eagerly (session 45: ~400 of ~650 prefill batches of a
+    one-length tiny-pair run, against 10 of autoregressive decoding's; session 46: with these graphs none ran
+    eagerly and budget auto ran 1.08x faster there, paired)."""
+    import dataclasses
+
+    from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
+    from sglang.srt.model_executor.cuda_graph_config import Backend, Phase
+
+    if (Phase.PREFILL, "bs") in getattr(server_args, "_cuda_graph_config_locked", ()):
+        return {}
+    view = resolved_view(server_args)
+    if attention_backends_of(view)[0] not in SMALL_PREFILL_GRAPH_BACKENDS:
+        return {}
+    config = view.cuda_graph_config
+    sizes = config.prefill.bs
+    if config.prefill.backend != Backend.BREAKABLE or not sizes:
+        return {}
+    added = [s for s in SMALL_PREFILL_GRAPH_TOKENS if s < min(sizes)]
+    if not added:
+        return {}
+    logger.info("DDTREE: the target's prefill CUDA graphs also at %s token(s), below upstream's %d..%d (a prefill of "
+                "a request the radix cache holds but its last token replays a graph instead of running eagerly); "
+                "--cuda-graph-bs-prefill chooses them.", added, min(sizes), max(sizes))
+    prefill = dataclasses.replace(config.prefill, bs=added + list(sizes))
+    return {"cuda_graph_config": dataclasses.replace(config, prefill=prefill)}
 
 
 def _log_flashinfer_plan(server_args) -> None:

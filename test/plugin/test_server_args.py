@@ -486,6 +486,42 @@ def test_page_size_above_1_behind_the_experimental_switch(parse, tiny_configs, c
                         + re.escape("the prefill and decode attention backends differ ('triton', 'flashinfer')"))
 
 
+def test_prefill_graphs_start_at_one_token_unless_the_user_chose_them(parse, engine_args, tiny_configs, ddtree_logs,
+                                                                     hybrid_target, monkeypatch):
+    """DDTREE puts 1 and 2 tokens in front of upstream's breakable prefill graph sizes (which start at 4) on a dense
+    triton target, says so once, and leaves a list the user gave, another prefill graph backend, another attention
+    backend, a hybrid target and a plain server as they are."""
+    from sglang_ddtree.validation import SMALL_PREFILL_GRAPH_BACKENDS, SMALL_PREFILL_GRAPH_TOKENS
+
+    breakable = ("--cuda-graph-backend-prefill", "breakable")
+    drafter = ("--speculative-draft-model-path", tiny_configs["drafter"])
+    upstream = resolved(parse(*breakable)).cuda_graph_config.prefill.bs
+    assert min(upstream) == 4 and not ddtree_logs.text
+    ours = resolved(parse(*DDTREE, *drafter, *breakable)).cuda_graph_config.prefill.bs
+    assert SMALL_PREFILL_GRAPH_TOKENS == (1, 2) and list(ours) == [1, 2] + list(upstream)
+    assert ddtree_logs.text.count("prefill CUDA graphs also at [1, 2] token(s), below upstream's 4..") == 1
+    given = resolved(parse(*DDTREE, *drafter, *breakable, "--cuda-graph-bs-prefill", "8", "16"))
+    assert list(given.cuda_graph_config.prefill.bs) == [8, 16]
+    for backend in ("full", "disabled"):
+        other = resolved(parse(*DDTREE, *drafter, "--cuda-graph-backend-prefill", backend)).cuda_graph_config
+        assert other.prefill.backend == backend and (not other.prefill.bs or min(other.prefill.bs) >= 4)
+    assert SMALL_PREFILL_GRAPH_BACKENDS == ("triton",)  # the one a GPU ran them on (session 46)
+    flashinfer = resolved(parse(*DDTREE, *drafter, *breakable, "--attention-backend", "flashinfer"))
+    assert list(flashinfer.cuda_graph_config.prefill.bs) == list(upstream)
+    from transformers import AutoConfig
+
+    from sglang_ddtree import validation
+    from sglang_ddtree.compat import adapter
+
+    if adapter().family == "0.5.16":  # hybrid targets are refused on later families
+        monkeypatch.setattr(validation, "_target_hf_config", lambda sa: AutoConfig.from_pretrained(hybrid_target))
+        monkeypatch.setattr(validation, "check_hybrid_server_args", lambda sa, cfg: None)
+        hybrid = resolved(engine_args(speculative_algorithm="DDTREE", cuda_graph_backend_prefill="breakable",
+                                      speculative_draft_model_path=tiny_configs["drafter"], attention_backend="triton"))
+        assert hybrid.speculative_ddtree_budget == 15 and list(hybrid.cuda_graph_config.prefill.bs) == list(upstream)
+    assert ddtree_logs.text.count("prefill CUDA graphs also at") == 1
+
+
 def test_flags_without_ddtree_warn_and_change_nothing(parse, tiny_configs, ddtree_logs):
     sa = parse("--speculative-ddtree-budget", "32")
     assert resolved(sa).speculative_algorithm is None and resolved(sa).speculative_num_draft_tokens is None
