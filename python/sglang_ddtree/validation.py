@@ -172,8 +172,8 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
 
 
 # The target's prefill CUDA graphs DDTREE adds below upstream's smallest (SGLang captures prefill graphs from 4 tokens
-# and replays one only where padding at most doubles a batch, so a 1- or 2-token prefill runs eagerly), on dense
-# targets with the attention backends a GPU ran them on (session 46, H100: triton; fa3 and flashinfer keep upstream's list
+# and replays one only where padding at most doubles a batch, so a 1-token prefill runs eagerly), on dense targets
+# with the attention backends a GPU ran them on (session 46, H100: triton; fa3 and flashinfer keep upstream's list
 # until they have run there).
 SMALL_PREFILL_GRAPH_TOKENS = (1, 2)
 SMALL_PREFILL_GRAPH_BACKENDS = ("triton",)

@@ -49,11 +49,12 @@ HEAD_GRAPH = {HEAD_GRAPH_ENV: "1"}  # a tree round's slots, build and topology a
 #                                     the default since session 41, stated)
 HEAD_EAGER = {HEAD_GRAPH_ENV: "0"}  # the eager tree head
 PREFILL_ASYNC = {"SGLANG_DDTREE_PREFILL_ASYNC": "1"}  # worker.prefill (experimental, session 44)
-# the target's prefill CUDA graphs from 1 token (upstream's own flag; its default list starts at 4 and a replay may at
-# most double a batch, so a 1-token prefill, e.g. a prompt the radix cache holds but its last token, runs eagerly):
-# 1, 2, then upstream 0.5.16's list to the 2048-token context of COMMON (bench_e2e's +pregraph1)
-PREGRAPH1 = dict(cuda_graph_bs_prefill=[1, 2] + list(range(4, 33, 4)) + list(range(48, 257, 16))
-                 + list(range(288, 513, 32)) + list(range(576, 1025, 64)) + list(range(1280, 2049, 256)))
+# the target's prefill CUDA graphs from 1 token, given as upstream's own --cuda-graph-bs-prefill (bench_e2e's
+# +pregraph1: 1, 2, then upstream 0.5.16's list to the 2048-token context of COMMON)
+sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+from bench_e2e import _MODIFIERS  # noqa: E402
+
+PREGRAPH1 = _MODIFIERS["pregraph1"]
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -155,8 +156,9 @@ CONFIGS = {
     # the same on triton alone (session 45: a call with no time to stage fa3)
     "dd_triton_b64_prefillasync": ddtree(64, 8, _env=PREFILL_ASYNC),
     "dd_triton_b15_nooverlap_prefillasync": ddtree(15, 4, disable_overlap_schedule=True, _env=PREFILL_ASYNC),
-    # prefill graphs from 1 token (PREGRAPH1; session 46): the parity prompts come back at batch sizes 4 / 16 / 48
-    # after bs 1, so their prefills are the radix cache's 1-token remainders, now replayed from graphs
+    # prefill graphs from 1 token (PREGRAPH1; session 46; a DDTREE triton server's default since then, given here for
+    # the record). The prompts come back at bs 4 / 16 / 48 together (prefills of 4+ tokens); _cached_bs1 sends
+    # each alone again, so every prefill is the radix cache's 1-token remainder, replayed from the 1-token graph
     "plain_triton_pregraph1": dict(attention_backend="triton", **PREGRAPH1),
     "dd_triton_b64_pregraph1": ddtree(64, 8, **PREGRAPH1),
     "dd_triton_auto_cycle_pregraph1_cached": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True), _cached_bs1=True,
