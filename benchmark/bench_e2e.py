@@ -166,7 +166,9 @@ _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disabl
               # where padding at most doubles it, so a prefill of 1 new token, the whole prefill of a prompt the
               # radix cache holds but its last token, runs eagerly; session 45: ~400 of them per speculative engine
               # in session 43's one-length run, ~10 in AR's); upstream 0.5.16's list after them, to 2048 tokens (the
-              # tiny pair's context length caps upstream's there too; a larger target's prefills above 2048 run eagerly)
+              # tiny pair's context length caps upstream's there too; a larger target's prefills above 2048 run eagerly).
+              # Session 46: 1.081x for auto on triton, where DDTREE now adds 1 and 2 itself (validation); here for
+              # fa3 / flashinfer DDTREE engines and for DFLASH / AR beside them
               "pregraph1": dict(cuda_graph_bs_prefill=[1, 2] + list(range(4, 33, 4)) + list(range(48, 257, 16))
                                 + list(range(288, 513, 32)) + list(range(576, 1025, 64))
                                 + list(range(1280, 2049, 256)))}
