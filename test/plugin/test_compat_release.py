@@ -326,7 +326,12 @@ def _declare_resolution(server_args, source, **fields):
 
 
 def _unresolved_ddtree_args(**fields):
+    from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig, PhaseConfig
+
+    graphs = CudaGraphConfig(decode=PhaseConfig(backend="breakable", bs=[1, 2, 4]),
+                             prefill=PhaseConfig(backend="breakable", bs=[4, 8]))
     return types.SimpleNamespace(**{
+        "cuda_graph_config": graphs,
         "speculative_algorithm": "DDTREE", "speculative_draft_model_path": "drafter", "speculative_ddtree_budget": None,
         "speculative_ddtree_topk": None, "speculative_num_draft_tokens": None, "speculative_eagle_topk": None,
         "speculative_num_steps": None, "speculative_dflash_block_size": None, "speculative_draft_window_size": None,
@@ -375,6 +380,8 @@ def test_ddtree_widths_are_the_resolution_result(monkeypatch, release):
     view = overrides.resolved_view(server_args)  # the declarations over the fields: what the projection reads
     assert {name: getattr(view, name) for name in expected} == expected
     assert {name: getattr(server_args, name) for name in expected} == expected
+    # the target's prefill graphs from 1 token (a triton target), resolved the same way
+    assert view.cuda_graph_config.prefill.bs == server_args.cuda_graph_config.prefill.bs == [1, 2, 4, 8]
     want = DDTreeConfig(63, 8, 16, adaptive=True) if auto else DDTreeConfig(64, 8, 16)
     assert config == want == DDTreeConfig.from_server_args(server_args)
     declared = [source for source, _ in getattr(server_args, "_resolved_overrides", ())]
