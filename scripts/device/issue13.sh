@@ -184,7 +184,8 @@ case "${1:-}" in
     # speculative engine's prefill cost, auto as is against auto with the target's prefill graphs from 1 token
     # (+pregraph1: upstream's --cuda-graph-bs-prefill with 1 and 2 in front) and with DDTREE's own prefill
     # (+prefillasync), AR beside (prefill_gaps.txt: each engine's eager prefills and rest per prefill); then sharp
-    # greedy parity of both on triton (the parity prompts return after bs 1, so later prefills are 1-token ones)
+    # greedy parity of both on triton (its prompts return at bs 4 / 16 / 48 together, prefills of 4+ tokens;
+    # sharp:dd_triton_auto_cycle_pregraph1_cached sends each alone again: every prefill 1 token)
     OUT=${OUT:-/tmp/pregraph_out}
     mkdir -p "$OUT"
     PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+loginfo,ddtree:auto:8+loginfo,ddtree:auto:8+pregraph1+loginfo,ddtree:auto:8+prefillasync+loginfo} \
