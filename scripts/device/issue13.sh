@@ -52,6 +52,10 @@
 #     bash scripts/device/issue13.sh pregraph # prefill graphs from 1 token (+pregraph1) and worker.prefill
 #                                             # (+prefillasync) against auto as is, one length, AR beside, then
 #                                             # sharp parity of both (triton: no fa3 staging; session 46)
+#     bash scripts/device/issue13.sh onelength # the one-length tiny-pair case (#13's ">= 0.9x AR" cell): AR, DFLASH,
+#                                             # auto, auto +admitwait4 timed by phase (+split), 5 repetitions at bs 16,
+#                                             # then sharp parity with 1-token prefills (ONELENGTH_BACKEND=fa3: all on
+#                                             # fa3, fa3 staged; default triton: no staging)
 #     bash scripts/device/issue13.sh features # budget auto through the everyday-features test (it had only run fixed
 #                                             # budgets; auto as the default waits on it): fa3 and triton side by
 #                                             # side, DDTREE_TEST_BUDGET=auto (FEATURES_BUDGET overrides; fa3 staged)
@@ -193,6 +197,32 @@ case "${1:-}" in
       PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-270} PREFILL_PAIRED=1 OUT=$OUT bash "$0" prefill
     CMD_TIMEOUT_S=${PARITY_TIMEOUT_S:-270} exec bash $PAR \
       "parity=$MODELS /tmp/m_pg && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_pg --out \$CMD_OUT --configs sharp:plain_triton,sharp:dd_triton_b64_pregraph1,sharp:dd_triton_auto_cycle_pregraph1,sharp:dd_triton_b15_nooverlap_pregraph1,sharp:dd_triton_b64_prefillasync,sharp:dd_triton_b15_nooverlap_prefillasync --deadline-s $(( ${PARITY_TIMEOUT_S:-270} - 30 ))"
+    ;;
+  onelength)
+    # session 47: where the tiny pair's one-length case stands against #13's ">= 0.9x AR" and "auto >= DFLASH", and
+    # where a speculative engine's prefill iteration spends its ~5 ms: AR, DFLASH, auto (prefill graphs from 1 token
+    # are its default on triton) and auto with the admission window (+admitwait4; session 43 read 1.13x auto at bs 16
+    # over 3 noisy repetitions), every engine timed by phase (+split: perf_counter only) and logged at INFO
+    # (prefill_gaps), 256 x 128 tokens at bs 16, continuous, 5 repetitions; then sharp greedy parity of auto's bucket
+    # cycle with every prompt alone again (_cached: each prefill the radix cache's 1-token remainder, the path the
+    # 1-token prefill graphs replay). ONELENGTH_BACKEND=fa3 (fa3 staged): every engine and the parity on fa3, auto
+    # with the 1-token graphs named (+pregraph1; fa3 is not yet in validation.SMALL_PREFILL_GRAPH_BACKENDS)
+    B=${ONELENGTH_BACKEND:-triton}
+    if [ "$B" = fa3 ]; then F=+fa3; G=+pregraph1; else F=; G=; fi
+    M=+split+loginfo
+    OUT=${OUT:-/tmp/onelength_out}
+    mkdir -p "$OUT"
+    OUT=$OUT/ab PAIRED_PHASES=1 PAIRED_SCHEDULE=continuous PAIRED_PROMPTS=256 PAIRED_NEW_TOKENS=128 PAIRED_LENGTH_SPREAD=0 \
+      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain$F$M,dflash$F$M,ddtree:auto:8$F$G$M,ddtree:auto:8$F$G+admitwait4$M} \
+      PAIRED_BASES=${PAIRED_BASES:-ddtree:auto:8$F$G$M,plain$F$M,dflash$F$M} PAIRED_BS=${PAIRED_BS:-16} \
+      PAIRED_REPEATS=${PAIRED_REPEATS:-5} PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-340} bash "$0" paired 2>&1 | tail -n 150
+    CMD_TIMEOUT_S=${PARITY_TIMEOUT_S:-150} OUT=$OUT/parity bash $PAR \
+      "parity=$MODELS /tmp/m_ol && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_ol --out \$CMD_OUT --configs sharp:plain_$B,sharp:dd_${B}_auto_cycle_pregraph1_cached --deadline-s $(( ${PARITY_TIMEOUT_S:-150} - 20 ))"
+    head -c 4000 "$OUT/parity/parallel.json"; echo
+    # the device tool brings back at most 8 files: the summaries stay out, everything else goes into one tar
+    (cd "$OUT" && for f in ab/paired_auto.json ab/prefill_gaps.txt ab/phase_times.txt parity/parallel.json; do
+       [ -f "$f" ] && mv "$f" "${f//\//_}"; done; tar -czf onelength_rest.tar.gz ab parity && rm -rf ab parity)
+    ls -la "$OUT"
     ;;
   features)
     # session 43: the everyday features (batching, radix cache, chunked prefill, stops, aborts, long prompts, the
@@ -389,7 +419,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|lean|below|prefill|pregraph|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|below|prefill|pregraph|onelength|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac
