@@ -166,7 +166,6 @@ CONFIGS = {
     "dd_triton_b15_nooverlap_pregraph1": ddtree(15, 4, disable_overlap_schedule=True, **PREGRAPH1),
     "dd_triton_auto_cycle_pregraph1": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True), **PREGRAPH1),
     # the same on fa3 (before fa3 joins validation.SMALL_PREFILL_GRAPH_BACKENDS; PREGRAPH1 names the sizes there)
-    "plain_fa3_pregraph1": dict(attention_backend="fa3", **PREGRAPH1),
     "dd_fa3_b64_pregraph1": ddtree(64, 8, backend="fa3", **PREGRAPH1),
     "dd_fa3_auto_cycle_pregraph1_cached": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True),
                                                  _cached_bs1=True, **PREGRAPH1),
