@@ -55,6 +55,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 from bench_e2e import _MODIFIERS  # noqa: E402
 
 PREGRAPH1 = _MODIFIERS["pregraph1"]
+PREFULL = _MODIFIERS["prefull"]  # the same sizes through upstream's full prefill graph backend (fa3; session 48)
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -170,6 +171,21 @@ CONFIGS = {
     "dd_fa3_auto_cycle_pregraph1_cached": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True),
                                                  _cached_bs1=True, **PREGRAPH1),
     "dd_fa3_b15_nooverlap_pregraph1": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, **PREGRAPH1),
+    # session 48: DDTREE's own prefill (no host wait) with the 1-token prefill graphs, fa3
+    "dd_fa3_auto_cycle_pregraph1_cached_prefillasync": ddtree("auto", 8, backend="fa3", _env=PREFILL_ASYNC,
+                                                              _test_hooks=dict(cycle_budgets=True), _cached_bs1=True,
+                                                              **PREGRAPH1),
+    "dd_fa3_b15_nooverlap_pregraph1_prefillasync": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True,
+                                                          _env=PREFILL_ASYNC, **PREGRAPH1),
+    # session 48: upstream's full prefill graphs (+prefull: one graph per token size, attention inside; fa3), with
+    # and without DDTREE's own prefill (whose 1-token prefills now append the drafter's KV from its graphs)
+    "plain_fa3_prefull": dict(attention_backend="fa3", **PREFULL),
+    "dd_fa3_auto_cycle_prefull_cached": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True),
+                                               _cached_bs1=True, **PREFULL),
+    "dd_fa3_auto_cycle_prefull_cached_prefillasync": ddtree("auto", 8, backend="fa3", _env=PREFILL_ASYNC,
+                                                            _test_hooks=dict(cycle_budgets=True), _cached_bs1=True,
+                                                            **PREFULL),
+    "dd_fa3_b15_nooverlap_prefull": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, **PREFULL),
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
     # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
     # have block 8: the chain of 7 drafts

@@ -44,7 +44,10 @@ class _Pool:
         self.data = torch.zeros((SLOTS, H), device=device)
         self.workspace = torch.zeros((0, H), device=device)
 
-    def append(self, *, target_hidden, cache_loc, positions, cache_loc_2d, commit_lens):
+    def append(self, *, target_hidden, cache_loc, positions, cache_loc_2d=None, commit_lens=None):
+        if cache_loc_2d is None:  # upstream's prefill form: every row live
+            cache_loc_2d = cache_loc.view(-1, 1)
+            commit_lens = torch.ones(cache_loc_2d.shape[0], dtype=torch.int32, device=cache_loc.device)
         bs, width = cache_loc_2d.shape
         rows = bs * width
         if self.workspace.shape[0] < rows:
@@ -194,7 +197,7 @@ def test_a_root_append_writes_what_the_eager_call_writes_for_a_width_0_round():
     """``append_root`` (width-0 rounds: one row per request, in column 0 of the same graphs) between full rounds
     whose rows and lengths stay in the static buffers: it writes each request's one row at its slot and nothing
     else, as the eager call with that round's width-1 context, captured and padded batch sizes and above the
-    largest (the eager call)."""
+    largest (the eager call); likewise with no commit lengths (a prefill of 1 token per request: 1 each)."""
     device = torch.device("cuda")
     pool, ref = _Pool(device), _Pool(device)
     graphs = DraftKVAppendGraphs(pool.append, batch_sizes=[1, 2, 4, 8], width=W, hidden_dim=H,
@@ -212,7 +215,8 @@ def test_a_root_append_writes_what_the_eager_call_writes_for_a_width_0_round():
         loc = (torch.randperm(SLOTS - 1, generator=g)[:bs] + 1).to(device)
         positions = torch.randint(0, 1000, (bs,), generator=g).to(device)
         ones = torch.ones(bs, dtype=torch.int32, device=device)
-        graphs.append_root(hidden, loc, positions, ones)
+        # every other round as a 1-token prefill appends (worker.prefill): no commit lengths, 1 each
+        graphs.append_root(hidden, loc, positions, ones if i % 3 else None)
         ref.append(target_hidden=hidden, cache_loc=loc, positions=positions, cache_loc_2d=loc.view(bs, 1),
                    commit_lens=ones)
         torch.cuda.synchronize()
@@ -230,3 +234,37 @@ def test_a_root_append_above_the_largest_graph_takes_the_eager_call():
         assert kw["target_hidden"] is hidden and kw["cache_loc"] is loc and kw["commit_lens"] is ones
         assert kw["positions"].tolist() == (loc + 10).tolist() and kw["cache_loc_2d"].shape == (bs, 1)
     assert len(calls) == 2
+
+
+def test_a_prefill_root_append_above_the_largest_graph_makes_upstreams_prefill_call():
+    """``append_root(..., None)`` (worker.prefill: every request extends by 1 token) where no graph fits: the call
+    upstream's prefill makes, with no 2-D slots and no commit lengths."""
+    calls = []
+    graphs = _eager_only(calls)
+    for bs, dtype in ((2, torch.float16), (3, torch.bfloat16)):
+        hidden, loc = torch.randn((bs, H)).to(dtype), torch.arange(bs)
+        graphs.append_root(hidden, loc, loc + 10, None)
+        assert sorted(calls[-1]) == ["cache_loc", "positions", "target_hidden"]
+        assert calls[-1]["target_hidden"] is hidden and calls[-1]["cache_loc"] is loc
+    assert len(calls) == 2
+
+
+def test_a_prefill_root_append_sets_every_commit_length_to_1_and_pads_with_0():
+    """The replay path of ``append_root(..., None)`` on the CPU, the graph itself stood in for: column 0 of the
+    static buffers takes the rows, slots and positions, the commit lengths are 1 for the batch and 0 in the padded
+    rows (which write nothing), and the graph of the padded size replays."""
+    graphs = DraftKVAppendGraphs.__new__(DraftKVAppendGraphs)
+    graphs.batch_sizes, graphs.width = [1, 2, 4], W
+    graphs.hidden = torch.zeros((4 * W, H), dtype=torch.bfloat16)
+    graphs.loc_2d = torch.zeros((4, W), dtype=torch.int64)
+    graphs.positions = torch.zeros((4 * W,), dtype=torch.int64)
+    graphs.lens = torch.full((4,), 7, dtype=torch.int32)  # an earlier round's lengths
+    replayed = []
+    graphs.graphs = {b: type("G", (), {"replay": lambda self, b=b: replayed.append(b)})() for b in (1, 2, 4)}
+    graphs.append = lambda **kw: pytest.fail("the eager call ran")
+    hidden = torch.randn((3, H)).to(torch.bfloat16)
+    loc, positions = torch.tensor([5, 9, 2]), torch.tensor([40, 41, 7])
+    graphs.append_root(hidden, loc, positions, None)
+    assert replayed == [4] and graphs.lens.tolist() == [1, 1, 1, 0]
+    assert torch.equal(graphs.hidden.view(4, W, H)[:3, 0], hidden)
+    assert graphs.loc_2d[:3, 0].tolist() == [5, 9, 2] and graphs.positions.view(4, W)[:3, 0].tolist() == [40, 41, 7]

@@ -22,6 +22,7 @@ class _Worker:
                                          next_token_ids=torch.tensor([11, 12]))
         self.model_runner = types.SimpleNamespace(server_args=types.SimpleNamespace(attention_backend="torch_native"))
         self.target_worker = types.SimpleNamespace(forward_batch_generation=self._target)
+        self._draft_kv_graphs = None  # DDTREE's draft-KV graphs (draft_kv_graph); upstream's worker has none
 
     def _target(self, batch, **kwargs):
         self.calls.append(("target", batch, kwargs))
@@ -38,11 +39,13 @@ class _Worker:
         return "next-draft-input"
 
 
-def _batch():
+def _batch(extend_lens=(3, 4), prefix_lens=(5, 0)):
     mode = types.SimpleNamespace(is_extend=lambda: True, is_idle=lambda: False)
+    n = sum(extend_lens)
     return types.SimpleNamespace(forward_mode=mode, is_extend_in_batch=False, return_logprob=False,
-                                 extend_lens=[3, 4], prefix_lens=[5, 0], out_cache_loc=torch.arange(100, 107),
-                                 seq_lens=torch.tensor([8, 4]))
+                                 extend_lens=list(extend_lens), prefix_lens=list(prefix_lens),
+                                 out_cache_loc=torch.arange(100, 100 + n),
+                                 seq_lens=torch.tensor([a + b for a, b in zip(extend_lens, prefix_lens)]))
 
 
 def _run(path):
@@ -125,3 +128,39 @@ def test_the_worker_runs_it_for_extend_batches_when_on(monkeypatch):
     batch = _batch()
     assert worker_mod.DDTreeWorker.forward_batch_generation(fake, batch, "pub") == "ours"
     assert seen == [(fake, batch, "pub")]
+
+
+class _Graphs:
+    """The draft-KV graphs' ``append_root``, recorded."""
+
+    def __init__(self):
+        self.calls = []
+
+    def append_root(self, hidden, loc, positions, commit_lens):
+        self.calls.append((hidden, loc, positions.tolist(), commit_lens))
+
+
+def test_a_prefill_of_one_token_per_request_appends_from_the_draft_kv_graphs():
+    """Every request extends by 1 token (the radix cache held its prompt but the last): the width-0 round's graphs
+    append the one row per request (every commit length 1: ``None``), at the prompt's last position; upstream's
+    eager append does not run."""
+    worker, batch = _Worker(), _batch(extend_lens=(1, 1, 1), prefix_lens=(5, 0, 12))
+    worker.hidden = worker.out.logits_output.hidden_states = torch.randn(3, 4)
+    worker._draft_kv_graphs = graphs = _Graphs()
+    out = prefill.prefill(worker, batch)
+    assert [c[0] for c in worker.calls] == ["validate", "target", "draft_input"]  # no eager append
+    assert len(graphs.calls) == 1
+    hidden, loc, positions, lens = graphs.calls[0]
+    assert hidden is worker.hidden and loc is batch.out_cache_loc and positions == [5, 0, 12] and lens is None
+    assert out.logits_output.hidden_states is None
+
+
+def test_a_prefill_of_more_tokens_keeps_upstreams_eager_append():
+    """A request with more than 1 new token (or no draft-KV graphs): upstream's eager append of every token."""
+    for extend_lens, prefix_lens, graphs in (((1, 2), (5, 0), _Graphs()), ((1, 1), (5, 0), None)):
+        worker, batch = _Worker(), _batch(extend_lens=extend_lens, prefix_lens=prefix_lens)
+        worker._draft_kv_graphs = graphs
+        prefill.prefill(worker, batch)
+        appends = [c[1] for c in worker.calls if c[0] == "append"]
+        assert len(appends) == 1 and appends[0]["cache_loc"] is batch.out_cache_loc
+        assert graphs is None or graphs.calls == []

@@ -141,25 +141,35 @@ class DraftKVAppendGraphs:
         self.positions[:rows].copy_(ctx_positions)
         self._replay(bs, graph_bs, commit_lens)
 
-    def _replay(self, bs: int, graph_bs: int, commit_lens: torch.Tensor) -> None:
-        """The commit lengths into the static buffer (padded rows commit nothing), then the graph of ``graph_bs``."""
-        self.lens[:bs].copy_(commit_lens)
+    def _replay(self, bs: int, graph_bs: int, commit_lens: Optional[torch.Tensor]) -> None:
+        """The commit lengths into the static buffer (None: 1 each; padded rows commit nothing), then the graph of
+        ``graph_bs``."""
+        if commit_lens is None:
+            self.lens[:bs].fill_(1)
+        else:
+            self.lens[:bs].copy_(commit_lens)
         if graph_bs != bs:
             self.lens[bs:graph_bs].zero_()
         self.graphs[graph_bs].replay()
 
     def append_root(self, hidden: torch.Tensor, loc: torch.Tensor, positions: torch.Tensor,
-                    commit_lens: torch.Tensor) -> None:
+                    commit_lens: Optional[torch.Tensor]) -> None:
         """Append a width-0 round's context: each request's root row alone (``kv_commit.root_commit``), into column
         0 of the same graphs; the other columns keep earlier values and are never written (commit length 1).
         What ``__call__`` writes for that round's ``RoundCommit``, without gathering rows. Shape: hidden [bs, H']
         (the verify's one row per request), loc [bs] int64 (its slot), positions [bs] int64, commit_lens [bs]
-        int32 (all 1). Above the largest graph, or hidden states of another dtype, the eager call. No host sync."""
+        int32 (all 1). Above the largest graph, or hidden states of another dtype, the eager call. No host sync.
+
+        ``commit_lens=None``: a prefill whose every request extends by one token (``worker.prefill``): the same
+        replay with every commit length 1, and where it falls back, upstream's prefill call itself (no 2-D slots)."""
         bs = int(loc.shape[0])
         graph_bs = self.graph_bs(bs)
         if graph_bs is None or hidden.dtype != self.hidden.dtype:
-            self.append(target_hidden=hidden, cache_loc=loc, positions=positions, cache_loc_2d=loc.view(bs, 1),
-                        commit_lens=commit_lens)
+            if commit_lens is None:
+                self.append(target_hidden=hidden, cache_loc=loc, positions=positions)
+            else:
+                self.append(target_hidden=hidden, cache_loc=loc, positions=positions, cache_loc_2d=loc.view(bs, 1),
+                            commit_lens=commit_lens)
             return
         self.hidden.view(-1, self.width, self.hidden.shape[1])[:bs, 0].copy_(hidden)
         self.loc_2d[:bs, 0].copy_(loc)

@@ -1,5 +1,4 @@
-"""DDTREE's prefill without the host wait, on the SGLang 0.5.16 family (EXPERIMENTAL, off by default; session 44,
-not yet run on a GPU).
+"""DDTREE's prefill without the host wait, on the SGLang 0.5.16 family (EXPERIMENTAL, off by default; session 44).
 
 Upstream DFLASH's prefill (0.5.16: the extend branch of ``DFlashWorkerV2.forward_batch_generation``, which DDTREE
 reaches through ``super()``) turns the batch's extend and prefix lengths, Python lists, into device tensors with
@@ -13,6 +12,17 @@ this wait is one part of it, not yet measured alone.
 is the 0.5.16 one (``own_prefill``): the same steps in the same order, the two lengths copied from pinned host
 memory without a wait (PyTorch's caching host allocator keeps a pinned block until the copy from it has run).
 0 / unset: upstream's prefill. To be made the default once greedy parity and a paired A/B ran with it on a GPU.
+
+Where every request of the batch extends by one token (the radix cache held its prompt but the last token: how a
+speculative engine's successors are mostly admitted, one at a time, session 45), the drafter's context is one row
+per request, which the width-0 round's draft-KV graphs append in one replay (``draft_kv_graph.append_root``);
+sessions 47-48 timed upstream's eager append at 0.42-0.59 ms per prefill iteration, the graphs' at 0.09-0.13 ms a
+round (``+split``). Not yet run on a GPU.
+
+GPU record: sharp greedy parity exact with it on triton (session 46: b64) and on fa3 with the 1-token prefill
+graphs (session 48: auto's bucket cycle with every prefill 1 token, b15 without overlap), all before the draft-KV
+graphs took the 1-token prefills; paired speed within the noise (session 46: 1.029x over 2 repetitions, triton;
+session 48: 0.987x in 1, fa3).
 """
 
 from __future__ import annotations
@@ -58,12 +68,19 @@ def prefill(worker, batch, on_publish=None):
     if batch.extend_lens is None or batch.prefix_lens is None or batch.out_cache_loc is None:
         raise RuntimeError("DDTREE prefill: the extend batch has no extend_lens / prefix_lens / out_cache_loc.")
     device = out.next_token_ids.device
+    num_tokens = int(sum(batch.extend_lens))
     positions, _ = compute_position(worker.model_runner.server_args.attention_backend,
                                     lens_to_device(batch.prefix_lens, device),
-                                    lens_to_device(batch.extend_lens, device), int(sum(batch.extend_lens)))
+                                    lens_to_device(batch.extend_lens, device), num_tokens)
     # now, as upstream does: the scheduler may update the radix cache once the prefill returns
-    worker._append_target_hidden_to_draft_kv_by_loc(target_hidden=logits.hidden_states, cache_loc=batch.out_cache_loc,
-                                                    positions=positions)
+    graphs = worker._draft_kv_graphs
+    if graphs is not None and num_tokens == len(batch.extend_lens):
+        # every request extends by 1 token (each extends by >= 1): one context row per request, what a width-0
+        # round appends, replayed from the same graphs (draft_kv_graph.append_root, every commit length 1)
+        graphs.append_root(logits.hidden_states, batch.out_cache_loc, positions, None)
+    else:
+        worker._append_target_hidden_to_draft_kv_by_loc(target_hidden=logits.hidden_states,
+                                                        cache_loc=batch.out_cache_loc, positions=positions)
     logits.hidden_states = None  # no copy of the prompt's hidden states to the host under the overlap scheduler
     out.next_draft_input = worker._make_next_draft_input_prefill(bonus_tokens=out.next_token_ids,
                                                                  seq_lens=batch.seq_lens)

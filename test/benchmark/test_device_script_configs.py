@@ -1,0 +1,61 @@
+"""The device scripts name parity configs (``sharp:<name>`` / ``bias:<name>`` for ``scripts/device/ddtree_parity.py``)
+and benchmark configs (``plain+fa3+loginfo``, ``ddtree:auto:8+fa3+prefull``, ...) as literal text; a typo there is
+found only on the GPU, at the cost of a device call. Every literal name must exist here."""
+
+import glob
+import os
+import re
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "device", "*.sh")))
+
+
+def _texts():
+    return {os.path.basename(p): open(p).read() for p in SCRIPTS}
+
+
+def test_every_parity_config_the_device_scripts_name_exists():
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "device"))
+    import ddtree_parity
+
+    named = set()
+    for script, text in _texts().items():
+        # "sharp:" / "bias:" followed by a literal name; a name built from shell variables is skipped (the part
+        # before the first "$" is not a whole name)
+        for m in re.finditer(r"\b(sharp|bias):([A-Za-z0-9_]+)(\$?)", text):
+            if not m.group(3):
+                named.add((script, m.group(2)))
+    assert len(named) > 20  # the pattern still finds the scripts' configs
+    missing = sorted((s, n) for s, n in named if n not in ddtree_parity.CONFIGS)
+    assert missing == [], f"parity configs named in scripts/device but not in ddtree_parity.CONFIGS: {missing}"
+
+
+def test_every_benchmark_config_the_device_scripts_name_parses():
+    sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+    from bench_e2e import engine_kwargs
+
+    named = set()
+    for script, text in _texts().items():
+        for m in re.finditer(r"(?<![\w$:/.])((?:plain|dflash|ddtree:(?:auto|\d+):\d+)(?:\+[A-Za-z0-9_]+)+)(\$?)",
+                             text):
+            if not m.group(2):
+                named.add((script, m.group(1)))
+    assert len(named) > 20
+    for script, spec in sorted(named):
+        try:
+            engine_kwargs(spec, "draft", "triton")
+        except ValueError as e:
+            pytest.fail(f"{script}: {spec}: {e}")
+
+
+def test_prefull_is_prefill_graphs_from_one_token_through_the_full_backend():
+    sys.path.insert(0, os.path.join(ROOT, "benchmark"))
+    from bench_e2e import engine_kwargs
+
+    full = engine_kwargs("ddtree:auto:8+fa3+prefull", "d", "triton")
+    breakable = engine_kwargs("ddtree:auto:8+fa3+pregraph1", "d", "triton")
+    assert full.pop("cuda_graph_backend_prefill") == "full" and full == breakable
+    assert breakable["cuda_graph_bs_prefill"][:3] == [1, 2, 4]
