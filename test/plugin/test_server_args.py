@@ -506,6 +506,10 @@ def test_prefill_graphs_start_at_one_token_unless_the_user_chose_them(parse, eng
         other = resolved(parse(*DDTREE, *drafter, "--cuda-graph-backend-prefill", backend)).cuda_graph_config
         assert other.prefill.backend == backend and (not other.prefill.bs or min(other.prefill.bs) >= 4)
     assert SMALL_PREFILL_GRAPH_BACKENDS == ("triton",)  # the one a GPU ran them on (session 46)
+    # bench_e2e's +prefull on fa3 (session 48's experiment): upstream's full backend with the sizes given, untouched
+    full = resolved(parse(*DDTREE, *drafter, "--attention-backend", "fa3", "--cuda-graph-backend-prefill", "full",
+                          "--cuda-graph-bs-prefill", "1", "2", "4")).cuda_graph_config.prefill
+    assert full.backend == "full" and list(full.bs) == [1, 2, 4]
     flashinfer = resolved(parse(*DDTREE, *drafter, *breakable, "--attention-backend", "flashinfer"))
     assert list(flashinfer.cuda_graph_config.prefill.bs) == list(upstream)
     from transformers import AutoConfig
