@@ -9,7 +9,9 @@
 # Each command runs from the repo root after `source .device/env.sh`, with the plugin's entry point visible
 # to every SGLang process (a dist-info on PYTHONPATH, what `pip install` of the wheel writes), with
 # CMD_OUT=$OUT/<name> (created) and SGLANG_DDTREE_KEEP_REPORTS=$OUT/<name>. Env: CMD_TIMEOUT_S (from the first start; default
-# 560), STAGGER_S (default 5: engine ports are picked at start). Files in $OUT afterwards: parallel.json and
+# 560), STAGGER_S (default 5: engine ports are picked at start). parallel.json has each command's exit code, pytest
+# result, failures and passed tests, and for a ddtree_parity.py command (--out $CMD_OUT) each config's verdict
+# ("exact 1:32/32 ...", "DIVERGED ...", "error: ...", "skipped at the deadline"). Files in $OUT afterwards: parallel.json and
 # logs.tar.gz (logs/, env.txt and every <name>/ folder; the folders themselves are removed so that the device
 # tool's 8-file limit holds).
 set -u
@@ -33,6 +35,28 @@ for n in names:
     out["commands"][n] = {"rc": rc, "result": counts[-1] if counts else None,
                           "failures": [l for l in text.splitlines() if l.startswith(("FAILED", "ERROR"))][:30],
                           "passed": [l.split()[1] for l in text.splitlines() if l.startswith("PASSED ")][:200]}
+    # a ddtree_parity.py run (--out $CMD_OUT): each config's verdict from its results.jsonl, and the configs its
+    # deadline skipped (pytest's PASSED / FAILED lines above say nothing about it)
+    jsonl = os.path.join(os.path.dirname(logs), n, "results.jsonl")
+    if os.path.exists(jsonl):
+        verdicts = {}
+        for line in open(jsonl, errors="replace"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            got = rec.get("parity", rec.get("self_parity"))
+            if "error" in rec:
+                verdicts[rec["config"]] = "error: " + rec["error"][:200]
+            elif isinstance(got, dict):
+                cells = " ".join(f"{bs}:{c['equal']}/{c['total']}" for bs, c in got.items())
+                exact = all(c["equal"] == c["total"] for c in got.values())
+                verdicts[rec["config"]] = ("exact " if exact else "DIVERGED ") + cells
+            else:
+                verdicts[rec["config"]] = str(got)
+        for m in re.finditer(r"deadline reached, skipping (\S+)", text):
+            verdicts[m.group(1)] = "skipped at the deadline"
+        out["commands"][n]["parity"] = verdicts
 print(json.dumps(out, indent=1))
 PY
   cat "$OUT/parallel.json"

@@ -39,6 +39,27 @@ def test_every_command_is_summarised(tmp_path):
     assert "logs/ok.log" in names and "logs/bad.log" in names
 
 
+def test_a_parity_run_is_summarised_per_config(tmp_path):
+    """A ddtree_parity.py command (its results.jsonl under $CMD_OUT) gets each config's verdict in the summary:
+    exact, diverged, an error, no reference, or skipped at its deadline (session 47: the pytest-line reading left
+    those runs' summary empty)."""
+    recs = [{"config": "sharp:plain_fa3", "self_parity": {"1": {"equal": 32, "total": 32}}},
+            {"config": "sharp:dd_a", "parity": {"1": {"equal": 32, "total": 32}, "1c": {"equal": 32, "total": 32}}},
+            {"config": "sharp:dd_b", "parity": {"4": {"equal": 47, "total": 48}}},
+            {"config": "sharp:dd_c", "error": "RuntimeError: capture failed"},
+            {"config": "sharp:dd_d", "parity": "no reference for ('sharp', 'fa3')"}]
+    src = tmp_path / "results.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs) + "not json\n")
+    cmd = f"parity=cp {src} $CMD_OUT/results.jsonl; echo '[parity] deadline reached, skipping sharp:dd_e'"
+    rc, summary, names, text = _run(tmp_path, cmd)
+    assert rc == 0, text
+    assert summary["commands"]["parity"]["parity"] == {
+        "sharp:plain_fa3": "exact 1:32/32", "sharp:dd_a": "exact 1:32/32 1c:32/32", "sharp:dd_b": "DIVERGED 4:47/48",
+        "sharp:dd_c": "error: RuntimeError: capture failed", "sharp:dd_d": "no reference for ('sharp', 'fa3')",
+        "sharp:dd_e": "skipped at the deadline"}
+    assert "parity/results.jsonl" in names
+
+
 def test_a_stopped_call_still_leaves_the_summary_and_the_logs(tmp_path):
     t0 = time.time()
     rc, summary, names, text = _run(tmp_path, "quick=echo '2 passed in 0.1s'", "slow=sleep 60", stop_after="logs/quick.rc")
