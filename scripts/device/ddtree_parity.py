@@ -178,8 +178,8 @@ CONFIGS = {
     "dd_fa3_b15_nooverlap_pregraph1_prefillasync": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True,
                                                           _env=PREFILL_ASYNC, **PREGRAPH1),
     # session 48: upstream's full prefill graphs (+prefull: one graph per token size, attention inside; fa3), with
-    # and without DDTREE's own prefill (whose 1-token prefills now append the drafter's KV from its graphs)
-    "plain_fa3_prefull": dict(attention_backend="fa3", **PREFULL),
+    # and without DDTREE's own prefill (whose 1-token prefills now append the drafter's KV from its graphs); the
+    # reference stays plain_fa3 (a plain_* config would replace it for the configs after it)
     "dd_fa3_auto_cycle_prefull_cached": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True),
                                                _cached_bs1=True, **PREFULL),
     "dd_fa3_auto_cycle_prefull_cached_prefillasync": ddtree("auto", 8, backend="fa3", _env=PREFILL_ASYNC,
