@@ -202,6 +202,7 @@ ENV_MODIFIERS = {
     # DDTREE: the admission window (worker.admission, experimental): arrivals wait up to N passes while a batch runs
     "admitwait4": {"SGLANG_DDTREE_ADMIT_WAIT": "4"},
     "admitwait8": {"SGLANG_DDTREE_ADMIT_WAIT": "8"},
+    "admitwait16": {"SGLANG_DDTREE_ADMIT_WAIT": "16"},
     # DDTREE on the 0.5.16 family: its own prefill, the two length copies without upstream's host wait
     # (worker.prefill, experimental, session 44)
     "prefillasync": {"SGLANG_DDTREE_PREFILL_ASYNC": "1"},
