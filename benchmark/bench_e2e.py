@@ -172,12 +172,8 @@ _MODIFIERS = {"nograph": dict(disable_cuda_graph=True), "nooverlap": dict(disabl
               "pregraph1": dict(cuda_graph_bs_prefill=[1, 2] + list(range(4, 33, 4)) + list(range(48, 257, 16))
                                 + list(range(288, 513, 32)) + list(range(576, 1025, 64))
                                 + list(range(1280, 2049, 256)))}
-# the same token sizes through upstream's FULL prefill graph backend (one graph per size holding the whole forward,
-# attention included, with request slots; upstream 0.5.16 calls it experimental and opts Inkling into it; fa3 and
-# flashinfer refresh its attention metadata outside the graph, triton does not): session 47 timed the breakable
-# graph's 1-token prefill at 1.6-2.2 ms of host time against ~0.24 ms for a full decode-graph replay (session 48:
-# an experiment for fa3 only, not yet run)
-_MODIFIERS["prefull"] = dict(cuda_graph_backend_prefill="full", **_MODIFIERS["pregraph1"])
+# (session 48's +prefull, the same sizes through upstream's full prefill graph backend, is gone: every engine failed
+# at its first prefill, the graph drops the target's captured hidden states; validation refuses it, session 49)
 # Config modifiers that set environment variables of the engine's processes (``engine_env``).
 ENV_MODIFIERS = {
     "fa3tree": {"SGLANG_DDTREE_FA3_TREE_ATTENTION": "1"},  # fa3: DDTREE's fused tree attention (worker.fa3_tree)
@@ -199,7 +195,9 @@ ENV_MODIFIERS = {
     "costdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "1"},  # budget auto: stale costs follow the drift (the default)
     "nocostdrift": {"SGLANG_DDTREE_AUTO_COST_DRIFT": "0"},  # budget auto: each bucket's cost its own (before session 40)
     "nostaleexplore": {"SGLANG_DDTREE_AUTO_EXPLORE_STALE": "0"},  # budget auto: the least observed near (< session 41)
-    # DDTREE: the admission window (worker.admission, experimental): arrivals wait up to N passes while a batch runs
+    # DDTREE: the admission window (worker.admission, on by default since session 49: 8 passes while >= 12 requests
+    # run): noadmit turns it off, admitwaitN sets N
+    "noadmit": {"SGLANG_DDTREE_ADMIT_WAIT": "0"},
     "admitwait4": {"SGLANG_DDTREE_ADMIT_WAIT": "4"},
     "admitwait8": {"SGLANG_DDTREE_ADMIT_WAIT": "8"},
     "admitwait16": {"SGLANG_DDTREE_ADMIT_WAIT": "16"},

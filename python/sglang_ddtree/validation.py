@@ -173,10 +173,11 @@ def handle_ddtree_server_args(server_args) -> DDTreeConfig:
 
 # The target's prefill CUDA graphs DDTREE adds below upstream's smallest (SGLang captures prefill graphs from 4 tokens
 # and replays one only where padding at most doubles a batch, so a 1-token prefill runs eagerly), on dense targets
-# with the attention backends a GPU ran them on (session 46, H100: triton; fa3 and flashinfer keep upstream's list
-# until they have run there).
+# with the attention backends a GPU ran them on (H100: triton, session 46, 1.081x auto in a paired A/B; fa3, sessions
+# 48-49: sharp parity exact and every fa3 speed cell, with and without them not yet paired on fa3; flashinfer keeps
+# upstream's list until it has run there).
 SMALL_PREFILL_GRAPH_TOKENS = (1, 2)
-SMALL_PREFILL_GRAPH_BACKENDS = ("triton",)
+SMALL_PREFILL_GRAPH_BACKENDS = ("triton", "fa3")
 
 
 def _prefill_graphs_from_one_token(server_args) -> dict:
@@ -445,6 +446,14 @@ def _check_unsupported_features(server_args) -> None:
             f"--speculative-algorithm DDTREE does not support PD disaggregation yet, got "
             f"--disaggregation-mode {mode}."
         )
+    prefill_graphs = getattr(server_args, "cuda_graph_backend_prefill", None)  # the 0.5.16 family's flag
+    if str(prefill_graphs) in ("full", "Backend.FULL"):
+        # upstream's full prefill graph returns only the last hidden states, not the target layers' the drafter needs:
+        # every engine's first prefill failed in the model's forward (SGLang 0.5.16, H100, session 49)
+        raise DDTreeArgumentError(
+            "--cuda-graph-backend-prefill full is not supported with --speculative-algorithm DDTREE: its prefill "
+            "graphs drop the target's captured hidden states the drafter reads; use breakable (the default), "
+            "tc_piecewise or disabled.")
     _check_release_features()
     hf_config = _target_hf_config(server_args)
     if hf_config is not None and is_hybrid_linear_attention(hf_config):

@@ -55,7 +55,6 @@ sys.path.insert(0, os.path.join(ROOT, "benchmark"))
 from bench_e2e import _MODIFIERS  # noqa: E402
 
 PREGRAPH1 = _MODIFIERS["pregraph1"]
-PREFULL = _MODIFIERS["prefull"]  # the same sizes through upstream's full prefill graph backend (fa3; session 48)
 
 
 def ddtree(budget, topk, backend="triton", **kw):
@@ -177,15 +176,8 @@ CONFIGS = {
                                                               **PREGRAPH1),
     "dd_fa3_b15_nooverlap_pregraph1_prefillasync": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True,
                                                           _env=PREFILL_ASYNC, **PREGRAPH1),
-    # session 48: upstream's full prefill graphs (+prefull: one graph per token size, attention inside; fa3), with
-    # and without DDTREE's own prefill (whose 1-token prefills now append the drafter's KV from its graphs); the
-    # reference stays plain_fa3 (a plain_* config would replace it for the configs after it)
-    "dd_fa3_auto_cycle_prefull_cached": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True),
-                                               _cached_bs1=True, **PREFULL),
-    "dd_fa3_auto_cycle_prefull_cached_prefillasync": ddtree("auto", 8, backend="fa3", _env=PREFILL_ASYNC,
-                                                            _test_hooks=dict(cycle_budgets=True), _cached_bs1=True,
-                                                            **PREFULL),
-    "dd_fa3_b15_nooverlap_prefull": ddtree(15, 4, backend="fa3", disable_overlap_schedule=True, **PREFULL),
+    # (session 48's +prefull configs, upstream's full prefill graphs, are gone: validation refuses that backend, it
+    # drops the target's captured hidden states, session 49)
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
     # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
     # have block 8: the chain of 7 drafts

@@ -52,13 +52,10 @@
 #     bash scripts/device/issue13.sh pregraph # prefill graphs from 1 token (+pregraph1) and worker.prefill
 #                                             # (+prefillasync) against auto as is, one length, AR beside, then
 #                                             # sharp parity of both (triton: no fa3 staging; session 46)
-#     bash scripts/device/issue13.sh prefull  # session 48, fa3 staged: the prefill iteration's two candidates, upstream's
-#                                             # full prefill graphs (+prefull) and DDTREE's own prefill whose 1-token
-#                                             # prefills append the drafter's KV from its graphs (+prefillasync): the
-#                                             # draft-KV graphs' GPU test and sharp parity (the "1c" passes are the
-#                                             # 1-token path); PREFULL_PAIRED=1 (a second call): the one-length bs-16
-#                                             # A/B of auto with each, both and neither (fa3's +pregraph1 decision), AR
-#                                             # beside
+#     bash scripts/device/issue13.sh window   # session 49, fa3 staged: the admission window (on by default since
+#                                             # session 49) against none (+noadmit), AR and DFLASH beside, one output
+#                                             # length at bs 16 / 48 / 64 (256 x 128 tokens, continuous, 3 repetitions);
+#                                             # WINDOW_SPREAD=1: lengths spread (0.5) at bs 1 / 4 / 8 / 16 / 48 instead
 #     bash scripts/device/issue13.sh onelength # the one-length tiny-pair case (#13's ">= 0.9x AR" cell): AR, DFLASH,
 #                                             # auto, auto +admitwait4 timed by phase (+split), 5 repetitions at bs 16,
 #                                             # then sharp parity with 1-token prefills (ONELENGTH_BACKEND=fa3: all on
@@ -190,26 +187,21 @@ case "${1:-}" in
       PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,ddtree:auto:8+fa3+loginfo,ddtree:auto:8+fa3+prefillasync+loginfo} \
       PAIRED_BASES=${PAIRED_BASES:-ddtree:auto:8+fa3+loginfo,plain+fa3+loginfo} exec bash "$0" paired
     ;;
-  prefull)
-    # session 48 (fa3 staged): where a speculative engine's 1-token prefill iteration spends ~3-4 ms of host time on
-    # fa3 (session 48: the breakable graph's forward 1.8-2.2 ms, upstream's eager drafter-KV append 0.5-0.6 ms), two
-    # candidates: upstream's full prefill graph backend (+prefull, experimental upstream) and DDTREE's own prefill
-    # (+prefillasync: no host wait, and a 1-token-per-request batch appends the drafter's KV from the width-0 round's
-    # graphs). First call: the draft-KV graphs' GPU test (the root append in its prefill form too) and sharp greedy
-    # parity, each _cached config's "1c" pass being every prefill 1 token. PREFULL_PAIRED=1 (second call, same
-    # machine): the one-length A/B at bs 16 (256 x 128 tokens, continuous), auto +pregraph1 the baseline
-    LIM=${CMD_TIMEOUT_S:-450}
-    if [ -z "${PREFULL_PAIRED:-}" ]; then
-      CMD_TIMEOUT_S=$LIM exec bash $PAR \
-        "unit=$PYT test/worker/test_draft_kv_graph.py" \
-        "parity=$MODELS /tmp/m_pf && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_pf --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_auto_cycle_pregraph1_cached_prefillasync,sharp:dd_fa3_auto_cycle_prefull_cached,sharp:dd_fa3_b15_nooverlap_prefull,sharp:dd_fa3_auto_cycle_prefull_cached_prefillasync --deadline-s $(( LIM - 30 ))"
-    fi
+  window)
+    # session 49 (fa3 staged): the admission window's A/B. Session 48's other two candidates for the prefill
+    # iteration are gone: upstream's full prefill graphs failed every engine's first prefill (validation refuses them
+    # now) and DDTREE's own prefill read 1.002 / 0.983x at bs 48 / 64 (benchmark/results/session49/notes.md)
     F=ddtree:auto:8+fa3
-    OUT=${OUT:-/tmp/prefull_out} PAIRED_SCHEDULE=continuous PAIRED_LENGTH_SPREAD=0 PAIRED_NEW_TOKENS=128 \
-      PAIRED_PROMPTS=${PAIRED_PROMPTS:-256} PAIRED_BS=${PAIRED_BS:-16} PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
-      PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-560} \
-      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,$F+loginfo,$F+pregraph1+loginfo,$F+pregraph1+prefillasync+loginfo,$F+prefull+loginfo,$F+prefull+prefillasync+loginfo} \
-      PAIRED_BASES=${PAIRED_BASES:-$F+pregraph1+loginfo,plain+fa3+loginfo,$F+loginfo} exec bash "$0" paired
+    OUT=${OUT:-/tmp/window_out}
+    if [ -n "${WINDOW_SPREAD:-}" ]; then
+      SP=0.5 BSD=1,4,8,16,48 PR=128
+    else
+      SP=0 BSD=16,48,64 PR=256
+    fi
+    OUT=$OUT PAIRED_SCHEDULE=continuous PAIRED_LENGTH_SPREAD=$SP PAIRED_NEW_TOKENS=128 PAIRED_PROMPTS=${PAIRED_PROMPTS:-$PR} \
+      PAIRED_BS=${PAIRED_BS:-$BSD} PAIRED_REPEATS=${PAIRED_REPEATS:-3} PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-540} \
+      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,dflash+fa3+loginfo,$F+loginfo,$F+noadmit+loginfo} \
+      PAIRED_BASES=${PAIRED_BASES:-$F+noadmit+loginfo,plain+fa3+loginfo,dflash+fa3+loginfo} exec bash "$0" paired
     ;;
   pregraph)
     # session 46: one call on triton (no fa3 staging): the one-length A/B of session 45's two candidates for a
@@ -447,7 +439,7 @@ case "${1:-}" in
     ls -la "$OUT" "$OUT/plots"
     ;;
   *)
-    echo "usage: $0 auto|warmup|merge|chain|lean|below|prefill|prefull|pregraph|onelength|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
+    echo "usage: $0 auto|warmup|merge|chain|lean|below|prefill|window|pregraph|onelength|features|defaultstart|head|paired|gc|profile|phases|shape" >&2
     exit 2
     ;;
 esac

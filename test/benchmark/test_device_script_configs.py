@@ -1,5 +1,5 @@
 """The device scripts name parity configs (``sharp:<name>`` / ``bias:<name>`` for ``scripts/device/ddtree_parity.py``)
-and benchmark configs (``plain+fa3+loginfo``, ``ddtree:auto:8+fa3+prefull``, ...) as literal text; a typo there is
+and benchmark configs (``plain+fa3+loginfo``, ``ddtree:auto:8+fa3+noadmit``, ...) as literal text; a typo there is
 found only on the GPU, at the cost of a device call. Every literal name must exist here."""
 
 import glob
@@ -51,11 +51,11 @@ def test_every_benchmark_config_the_device_scripts_name_parses():
             pytest.fail(f"{script}: {spec}: {e}")
 
 
-def test_prefull_is_prefill_graphs_from_one_token_through_the_full_backend():
+def test_the_admission_window_modifiers_set_its_variable():
+    """``+noadmit`` turns the default window off (the A/B's control since session 49), ``+admitwaitN`` names one."""
     sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-    from bench_e2e import engine_kwargs
+    from bench_e2e import _MODIFIERS, ENV_MODIFIERS
 
-    full = engine_kwargs("ddtree:auto:8+fa3+prefull", "d", "triton")
-    breakable = engine_kwargs("ddtree:auto:8+fa3+pregraph1", "d", "triton")
-    assert full.pop("cuda_graph_backend_prefill") == "full" and full == breakable
-    assert breakable["cuda_graph_bs_prefill"][:3] == [1, 2, 4]
+    assert ENV_MODIFIERS["noadmit"] == {"SGLANG_DDTREE_ADMIT_WAIT": "0"}
+    assert {ENV_MODIFIERS[f"admitwait{n}"]["SGLANG_DDTREE_ADMIT_WAIT"] for n in (4, 8, 16)} == {"4", "8", "16"}
+    assert "prefull" not in _MODIFIERS  # refused by validation (session 49): no config may name it

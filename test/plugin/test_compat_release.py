@@ -196,6 +196,8 @@ def test_the_scheduler_sets_the_draft_runner_up_in_the_drafters_widths(monkeypat
     from sglang_ddtree.worker import worker as worker_mod
 
     a, seen = compat.adapter(), []
+    # the admission window's start-up line (alloc_memory_pool, on by default) needs a TP group: not this test's subject
+    monkeypatch.setenv("SGLANG_DDTREE_ADMIT_WAIT", "0")
     if a.reads_spec_process_wide:
         from sglang.srt.runtime_context import get_context, get_spec
 

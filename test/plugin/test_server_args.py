@@ -386,6 +386,27 @@ def test_budget_auto_with_tensor_parallelism_only_behind_its_switch(engine_args,
         engine_args(**kw)
 
 
+def test_full_prefill_graphs_are_refused_in_one_line(engine_args, tiny_configs):
+    """Upstream's full prefill graph backend (the 0.5.16 family's --cuda-graph-backend-prefill full) drops the
+    target's captured hidden states: every DDTREE engine failed at its first prefill (H100, session 49). Refused at
+    start in one line; the default (breakable) and the other backends are kept."""
+    import inspect
+
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_ddtree.compat import adapter
+
+    if "cuda_graph_backend_prefill" not in inspect.signature(ServerArgs).parameters:
+        pytest.skip(f"--cuda-graph-backend-prefill is not a flag of SGLang {adapter().version}")
+    kw = dict(speculative_algorithm="DDTREE", speculative_draft_model_path=tiny_configs["drafter"])
+    with pytest.raises(ValueError, match=r"^--cuda-graph-backend-prefill full is not supported with "
+                                         r"--speculative-algorithm DDTREE: .*; use breakable \(the default\), "
+                                         r"tc_piecewise or disabled\.$"):
+        engine_args(cuda_graph_backend_prefill="full", **kw)
+    for backend in ("breakable", "disabled"):
+        assert resolved(engine_args(cuda_graph_backend_prefill=backend, **kw)).speculative_algorithm == "DDTREE"
+
+
 def test_a_malformed_admission_window_is_refused_in_one_line(engine_args, tiny_configs, monkeypatch):
     """SGLANG_DDTREE_ADMIT_WAIT (worker.admission, experimental) is read at validation: a value that is not a
     number of passes in 0 .. 64 stops the server at its start, in one line naming the variable and what is allowed."""
@@ -489,7 +510,7 @@ def test_page_size_above_1_behind_the_experimental_switch(parse, tiny_configs, c
 def test_prefill_graphs_start_at_one_token_unless_the_user_chose_them(parse, engine_args, tiny_configs, ddtree_logs,
                                                                      hybrid_target, monkeypatch):
     """DDTREE puts 1 and 2 tokens in front of upstream's breakable prefill graph sizes (which start at 4) on a dense
-    triton target, says so once, and leaves a list the user gave, another prefill graph backend, another attention
+    triton or fa3 target, says so once a server, and leaves a list the user gave, another prefill graph backend, another attention
     backend, a hybrid target and a plain server as they are."""
     from sglang_ddtree.validation import SMALL_PREFILL_GRAPH_BACKENDS, SMALL_PREFILL_GRAPH_TOKENS
 
@@ -502,14 +523,12 @@ def test_prefill_graphs_start_at_one_token_unless_the_user_chose_them(parse, eng
     assert ddtree_logs.text.count("prefill CUDA graphs also at [1, 2] token(s), below upstream's 4..") == 1
     given = resolved(parse(*DDTREE, *drafter, *breakable, "--cuda-graph-bs-prefill", "8", "16"))
     assert list(given.cuda_graph_config.prefill.bs) == [8, 16]
-    for backend in ("full", "disabled"):
-        other = resolved(parse(*DDTREE, *drafter, "--cuda-graph-backend-prefill", backend)).cuda_graph_config
-        assert other.prefill.backend == backend and (not other.prefill.bs or min(other.prefill.bs) >= 4)
-    assert SMALL_PREFILL_GRAPH_BACKENDS == ("triton",)  # the one a GPU ran them on (session 46)
-    # bench_e2e's +prefull on fa3 (session 48's experiment): upstream's full backend with the sizes given, untouched
-    full = resolved(parse(*DDTREE, *drafter, "--attention-backend", "fa3", "--cuda-graph-backend-prefill", "full",
-                          "--cuda-graph-bs-prefill", "1", "2", "4")).cuda_graph_config.prefill
-    assert full.backend == "full" and list(full.bs) == [1, 2, 4]
+    other = resolved(parse(*DDTREE, *drafter, "--cuda-graph-backend-prefill", "disabled")).cuda_graph_config
+    assert other.prefill.backend == "disabled" and (not other.prefill.bs or min(other.prefill.bs) >= 4)
+    # the ones a GPU ran them on: triton (session 46), fa3 (sessions 48-49: sharp parity exact, every fa3 speed cell)
+    assert SMALL_PREFILL_GRAPH_BACKENDS == ("triton", "fa3")
+    fa3 = resolved(parse(*DDTREE, *drafter, *breakable, "--attention-backend", "fa3")).cuda_graph_config.prefill
+    assert list(fa3.bs) == [1, 2] + list(upstream)
     flashinfer = resolved(parse(*DDTREE, *drafter, *breakable, "--attention-backend", "flashinfer"))
     assert list(flashinfer.cuda_graph_config.prefill.bs) == list(upstream)
     from transformers import AutoConfig
@@ -523,7 +542,7 @@ def test_prefill_graphs_start_at_one_token_unless_the_user_chose_them(parse, eng
         hybrid = resolved(engine_args(speculative_algorithm="DDTREE", cuda_graph_backend_prefill="breakable",
                                       speculative_draft_model_path=tiny_configs["drafter"], attention_backend="triton"))
         assert hybrid.speculative_ddtree_budget == 15 and list(hybrid.cuda_graph_config.prefill.bs) == list(upstream)
-    assert ddtree_logs.text.count("prefill CUDA graphs also at") == 1
+    assert ddtree_logs.text.count("prefill CUDA graphs also at") == 2  # triton's and fa3's above, no other
 
 
 def test_flags_without_ddtree_warn_and_change_nothing(parse, tiny_configs, ddtree_logs):

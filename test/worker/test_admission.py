@@ -1,8 +1,9 @@
-"""DDTREE's admission window (``worker.admission``, SGLANG_DDTREE_ADMIT_WAIT, experimental): the variable, the hook's
+"""DDTREE's admission window (``worker.admission``, SGLANG_DDTREE_ADMIT_WAIT, on by default): the variable, the hook's
 registration, and the decisions it adds to upstream's ``MinFreeSlotsDelayer`` (the real class of the installed
 SGLang), as the scheduler asks them once a pass while requests wait. A malformed value at a DDTREE server's start:
 ``test/plugin/test_server_args.py``."""
 
+import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -10,10 +11,12 @@ import pytest
 from sglang_ddtree.worker import admission, hooks
 
 
-@pytest.mark.parametrize("value,want", [("", 0), (" ", 0), ("0", 0), ("1", 1), (" 4 ", 4), ("64", 64)])
+@pytest.mark.parametrize("value,want", [("", 8), (" ", 8), ("0", 0), ("1", 1), (" 4 ", 4), ("64", 64)])
 def test_the_variable(monkeypatch, value, want):
     monkeypatch.setenv(admission.ENV, value)
     assert admission.window_passes() == want
+    monkeypatch.delenv(admission.ENV)
+    assert admission.window_passes() == admission.DEFAULT_PASSES == 8  # unset: the default window
 
 
 @pytest.mark.parametrize("value", ["-1", "65", "4.5", "on", "1e3"])
@@ -26,9 +29,9 @@ def test_a_malformed_variable_is_one_line_naming_it_and_what_is_allowed(monkeypa
     assert "1 .. 64, or 0 for no window" in message
 
 
-def test_the_hook_is_registered_only_when_a_window_is_asked_for(monkeypatch):
+def test_the_hook_is_registered_unless_the_window_is_off(monkeypatch):
     monkeypatch.delenv(admission.ENV, raising=False)
-    assert hooks.admission_hook_targets() == {}
+    assert hooks.admission_hook_targets() == hooks.ADMISSION_HOOK_TARGETS  # the default window
     monkeypatch.setenv(admission.ENV, "0")
     assert hooks.admission_hook_targets() == {}
     monkeypatch.setenv(admission.ENV, "bad")  # validation says why; the plugin's loading does not fail
@@ -42,20 +45,28 @@ def test_the_hook_is_registered_only_when_a_window_is_asked_for(monkeypatch):
 
 
 def _delayer(monkeypatch, *, ddtree=True, passes="4", min_free_slots=4):
+    if passes is None:
+        monkeypatch.delenv(admission.ENV, raising=False)
+    else:
+        monkeypatch.setenv(admission.ENV, passes)
+    return _stepper(monkeypatch, ddtree=ddtree, min_free_slots=min_free_slots)
+
+
+def _stepper(monkeypatch, *, ddtree, min_free_slots):
     """Upstream's delayer with the hook around its ``should_delay``, in a process whose published server args are
     (or are not) a validated DDTREE server's. Returns ``step(running_bs, free, waiting=True)``: one scheduler pass.
     While requests wait the scheduler asks the delayer; a held pass (or one with nobody waiting) runs a decode round
     (``count_round``, as the worker does), an admitting pass runs the prefill instead."""
     from sglang.srt.managers.min_free_slots_delayer import MinFreeSlotsDelayer
 
-    monkeypatch.setenv(admission.ENV, passes)
     args = SimpleNamespace(speculative_algorithm="DDTREE" if ddtree else "DFLASH", speculative_ddtree_budget=15,
                            speculative_ddtree_topk=4, speculative_dflash_block_size=16)
     import sglang.srt.runtime_context as rc
 
     monkeypatch.setattr(rc, "get_server_args", lambda: args)
     delayer = MinFreeSlotsDelayer(min_free_slots=min_free_slots)
-    original = MinFreeSlotsDelayer.should_delay
+    # upstream's own method, also where an engine earlier in this process had the registry wrap it (the default window)
+    original = inspect.unwrap(MinFreeSlotsDelayer.should_delay)
 
     def step(running_bs, free, waiting=True):
         held = waiting and hooks.admission_should_delay(original, delayer, running_bs=running_bs,
@@ -104,10 +115,27 @@ def test_upstream_alone_where_no_window_or_not_ddtree(monkeypatch):
 
 def test_the_window_is_decided_once_per_delayer(monkeypatch):
     step = _delayer(monkeypatch, passes="2")
-    assert [step(10, 30) for _ in range(3)] == [True, True, False]
+    assert [step(20, 30) for _ in range(3)] == [True, True, False]
     monkeypatch.setenv(admission.ENV, "0")  # read once, at the delayer's first question
-    step(10, 30, waiting=False)
-    assert [step(10, 30) for _ in range(3)] == [True, True, False]
+    step(20, 30, waiting=False)
+    assert [step(20, 30) for _ in range(3)] == [True, True, False]
+
+
+def test_the_default_window_holds_only_a_large_enough_batch(monkeypatch):
+    """Unset: 8 passes, and only while at least MIN_RUNNING (12) requests run (session 49: the window lost at bs 4 /
+    8 and paid at 16 / 48 / 64); below that only upstream's own rule holds anyone."""
+    step = _delayer(monkeypatch, passes=None)
+    assert admission.MIN_RUNNING == 12
+    assert [step(15, 49) for _ in range(9)] == [True] * 8 + [False]  # 15 running: held 8 passes, then admitted
+    step(16, 48, waiting=False)
+    assert [step(12, 52) for _ in range(9)] == [True] * 8 + [False]  # exactly MIN_RUNNING: held
+    step(12, 52, waiting=False)
+    assert [step(11, 53) for _ in range(3)] == [False] * 3  # 11 running: admitted at once
+    for running in (1, 4, 8):
+        step(running, 64 - running, waiting=False)
+        assert step(running, 64 - running) is False
+    step(7, 1, waiting=False)
+    assert step(7, 1) is True  # upstream's rule (fewer free slots than its minimum) still holds a small batch
 
 
 def test_the_start_line_says_the_window_or_why_there_is_none(monkeypatch):
@@ -115,10 +143,16 @@ def test_the_start_line_says_the_window_or_why_there_is_none(monkeypatch):
 
     monkeypatch.setenv(admission.ENV, "4")
     level, line = admission.start_line(64, None)
-    assert level == logging.INFO and line.startswith("DDTREE admission window (SGLANG_DDTREE_ADMIT_WAIT=4, experimental)")
+    assert level == logging.INFO and line.startswith("DDTREE admission window (SGLANG_DDTREE_ADMIT_WAIT=4; 0 turns it off)")
+    assert "while at least 12 requests decode" in line and "up to 4 scheduler passes" in line
     for max_running, user in ((4, None), (64, 1), (64, 0)):  # upstream builds no delayer: no window either
         level, line = admission.start_line(max_running, user)
-        assert level == logging.WARNING and "SGLANG_DDTREE_ADMIT_WAIT=4 has no effect here" in line, (max_running, user)
+        assert level == logging.WARNING and "(SGLANG_DDTREE_ADMIT_WAIT=4) has no effect here" in line, (max_running, user)
+    monkeypatch.delenv(admission.ENV)  # the default: said at INFO, and not a warning where there is no delayer
+    level, line = admission.start_line(48, None)
+    assert level == logging.INFO and "(SGLANG_DDTREE_ADMIT_WAIT=8 (the default); 0 turns it off)" in line
+    level, line = admission.start_line(4, None)
+    assert level == logging.INFO and "(SGLANG_DDTREE_ADMIT_WAIT=8 (the default)) has no effect here" in line
 
 
 def test_the_hook_wraps_upstreams_method_as_the_registry_applies_it(monkeypatch):
@@ -129,7 +163,9 @@ def test_the_hook_wraps_upstreams_method_as_the_registry_applies_it(monkeypatch)
 
     from sglang_ddtree.compat import adapter
 
-    monkeypatch.setattr(MinFreeSlotsDelayer, "should_delay", MinFreeSlotsDelayer.should_delay)  # restored after
+    # upstream's own method (unwrapped: an engine earlier in this process may have had the registry wrap it), restored
+    # after
+    monkeypatch.setattr(MinFreeSlotsDelayer, "should_delay", inspect.unwrap(MinFreeSlotsDelayer.should_delay))
     _delayer(monkeypatch, passes="2")  # the env and the published DDTREE server args
     (target, hook), = hooks.admission_hook_targets().items()
     HookRegistry._apply_target(target, [(HookType.AROUND, adapter().adapt_hook(target, hook), None)])
@@ -163,7 +199,7 @@ def test_the_admission_line_is_logged_once_the_targets_pool_exists(monkeypatch, 
     runner = types.SimpleNamespace(server_args=types.SimpleNamespace(min_free_slots_delay=None))
     w._target_worker = types.SimpleNamespace(model_runner=runner)  # what `target_worker` returns
     caplog.set_level(logging.INFO, logger=worker_mod.logger.name)
-    monkeypatch.delenv(admission.ENV, raising=False)
+    monkeypatch.setenv(admission.ENV, "0")
     assert w.alloc_memory_pool("pool_config") == "pools" and not caplog.records  # no window: nothing read or said
     monkeypatch.setenv(admission.ENV, "4")
     runner.max_running_requests = 48  # what the target's pool allocation set

@@ -184,6 +184,7 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
          enable_dp_attention="refused (validation, through resolved_view)",
          disaggregation_mode="refused (validation)",
          speculative_draft_attention_backend="fa3 refused off Hopper / Ampere (validation)",
+         cuda_graph_backend_prefill="full refused: its graphs drop the captured hidden states (validation)",
          cuda_graph_config="draft CUDA-graph batch sizes (worker._maybe_build_draft_sampler); the target's prefill "
                            "graph sizes from 1 token (validation)",
          mamba_track_interval="hybrid: radix track point; >= verify width (hybrid_args)",

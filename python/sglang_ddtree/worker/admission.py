@@ -1,29 +1,33 @@
-"""An admission window for DDTREE servers (EXPERIMENTAL, off by default; session 42, not yet measured on a GPU).
+"""The admission window of DDTREE servers (on by default since session 49; ``SGLANG_DDTREE_ADMIT_WAIT=0`` turns it off).
 
-``SGLANG_DDTREE_ADMIT_WAIT=N`` (1 .. ``MAX_PASSES``): while a batch is decoding, requests that arrive wait up to N
-scheduler passes (about N decode rounds) before they are prefilled, so that arrivals a few rounds apart are prefilled
-in one batch instead of one by one. Unset or 0: no window (upstream's scheduling, unchanged).
+While at least ``MIN_RUNNING`` requests are decoding, a request that arrives waits up to N scheduler passes (about N
+decode rounds; ``SGLANG_DDTREE_ADMIT_WAIT=N``, 1 .. ``MAX_PASSES``, unset: ``DEFAULT_PASSES``) before its prefill, so
+that arrivals a few rounds apart are prefilled in one batch instead of one by one. Below ``MIN_RUNNING`` running
+requests nobody is held (upstream's own rule still applies).
 
 Why: a speculative engine's requests end rounds apart (their accept lengths differ). Under a client that keeps
 ``bs`` requests in flight, each finished request's successor then arrives alone and is prefilled alone, and every
-prefill pauses the whole decode batch for a scheduler iteration: on the tiny pair a prefill batch ran every ~3.5-4
-decode rounds with 1.4-2.6 arrivals each (sessions 38-40), while autoregressive decoding with one output length
-ends its requests in the same step and prefills their successors together (session 41: 114 prefill batches in its
-engine log against auto's 636 for the same requests). Holding an arrival d rounds costs the batch about one
-request's share of each of those rounds (1 / bs of a round per round); a prefill iteration costs about a round, so
-the window pays once it gathers more than one arrival. It costs time to first token: up to N rounds for a request
-arriving while a batch runs (none when nothing runs).
+prefill pauses the whole decode batch for a scheduler iteration (~3.5-5 ms of host work on the tiny pair, about a
+round), while autoregressive decoding with one output length ends its requests in the same step and prefills their
+successors together (session 41: 114 prefill batches in its engine log against auto's 636 for the same requests).
+Holding an arrival d passes costs the batch about d / bs of a round (one idle slot); a prefill iteration costs about a
+round, so the window pays where the batch is large and loses where it is small. Measured (session 49, H100, fa3, the
+tiny pair, paired, ``benchmark/results/session49/notes.md``): N = 8 against no window 1.09 / 1.21 / 1.07x at bs 16 /
+48 / 64 with one output length and 1.16 / 1.01x at bs 16 / 48 with lengths spread, but 0.90 / 0.97x at bs 4 / 8
+(N = 4: 0.98 / 0.93x): hence ``MIN_RUNNING``, between the batches where it lost and where it paid. It costs time to
+first token: served at 16 / 48 concurrent requests (budget 63, 3 repetitions) the median went from 13.4-15.1 /
+18.7-32.1 ms to 21.8-24.2 / 30.2-48.9 ms, plain decoding's being 19.5-22.0 / 36.1-42.7 ms.
 
 How: upstream's ``MinFreeSlotsDelayer`` (built for DFLASH-family servers, DDTREE included, when
-``--max-running-requests`` >= 8 and ``--min-free-slots-delay`` is unset or > 1; without it there is no window) holds prefills until 2-4 request slots are free, counted against
-``--max-running-requests``, so a server whose load stays below that limit never waits. The scheduler asks its
-``should_delay`` once a pass while requests wait (never during a chunked prefill); this module's AROUND hook
-(registered only when the variable is set: ``worker.hooks.admission_hook_targets``) keeps upstream's answer and adds
-the window: delay while a batch runs and fewer than N passes have been delayed since the last admission, then admit
-everything waiting. Upstream's rule counts as a delayed pass too, so the two never add up to more than either.
-Requests an admission leaves waiting (a burst over the prefill's token budget, or memory) are asked about again in
-the very next pass, before any decode round: they are not held again (``count_round``, bumped by the worker's decode
-rounds, tells the two apart). Servers other than DDTREE pass straight through.
+``--max-running-requests`` >= 8 and ``--min-free-slots-delay`` is unset or > 1; without it there is no window) holds
+prefills until 2-4 request slots are free, counted against ``--max-running-requests``, so a server whose load stays
+below that limit never waits. The scheduler asks its ``should_delay`` once a pass while requests wait (never during a
+chunked prefill); this module's AROUND hook (``worker.hooks.admission_hook_targets``) keeps upstream's answer and adds
+the window: delay while at least ``MIN_RUNNING`` requests run and fewer than N passes have been delayed since the last
+admission, then admit everything waiting. Upstream's rule counts as a delayed pass too, so the two never add up to
+more than either. Requests an admission leaves waiting (a burst over the prefill's token budget, or memory) are asked
+about again in the very next pass, before any decode round: they are not held again (``count_round``, bumped by the
+worker's decode rounds, tells the two apart). Servers other than DDTREE pass straight through.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from typing import Tuple
 
 ENV = "SGLANG_DDTREE_ADMIT_WAIT"
 MAX_PASSES = 64
+DEFAULT_PASSES = 8  # the window with the variable unset (session 49's A/B: 8 and 16 both paid at bs 16-64, 8 at bs 16 more)
+MIN_RUNNING = 12  # nobody is held while fewer requests run (session 49: the window lost at bs 4 / 8, paid at 16 / 48 / 64)
 _WAITED = "_ddtree_admit_waited"  # on the delayer: passes delayed since the last admission
 _PASSES = "_ddtree_admit_passes"  # on the delayer: this server's window (0: not a DDTREE server)
 _ADMITTED = "_ddtree_admit_round"  # on the delayer: ``_rounds`` when it last admitted
@@ -47,11 +53,12 @@ def count_round() -> None:
 
 
 def window_passes(error=ValueError) -> int:
-    """The window in scheduler passes from ``ENV`` (0: none). A value that is not an integer in 0 ..
-    ``MAX_PASSES`` raises ``error`` in one line naming the variable, the value and what is allowed."""
+    """The window in scheduler passes from ``ENV`` (unset or blank: ``DEFAULT_PASSES``; 0: none). A value that is not
+    an integer in 0 .. ``MAX_PASSES`` raises ``error`` in one line naming the variable, the value and what is
+    allowed."""
     raw = os.environ.get(ENV, "").strip()
     if raw == "":
-        return 0
+        return DEFAULT_PASSES
     try:
         passes = int(raw)
     except ValueError:
@@ -62,19 +69,26 @@ def window_passes(error=ValueError) -> int:
     return passes
 
 
+def _is_default() -> bool:
+    return os.environ.get(ENV, "").strip() == ""
+
+
 def start_line(max_running_requests: int, min_free_slots_delay) -> Tuple[int, str]:
-    """(logging level, message) for the worker's start-up log when ``ENV`` sets a window: INFO with the window, or a
-    WARNING where upstream builds no delayer here (``resolve_min_free_slots`` of this server), so no window either."""
+    """(logging level, message) for the worker's start-up log while ``window_passes()`` is not 0: INFO with the
+    window, or where upstream builds no delayer here (``resolve_min_free_slots`` of this server), so no window either,
+    a WARNING if ``ENV`` asked for one and INFO for the default."""
     from sglang.srt.managers.min_free_slots_delayer import resolve_min_free_slots
 
     passes = window_passes()
+    setting = f"{ENV}={passes}" + (" (the default)" if _is_default() else "")
     if resolve_min_free_slots(min_free_slots_delay, int(max_running_requests), is_dflash_family=True) is None:
-        return logging.WARNING, (
-            f"DDTREE: {ENV}={passes} has no effect here: upstream builds no prefill delayer with max running requests "
-            f"{int(max_running_requests)} (< 8) or --min-free-slots-delay {min_free_slots_delay} (<= 1).")
+        return (logging.INFO if _is_default() else logging.WARNING), (
+            f"DDTREE: the admission window ({setting}) has no effect here: upstream builds no prefill delayer with "
+            f"max running requests {int(max_running_requests)} (< 8) or --min-free-slots-delay {min_free_slots_delay} "
+            f"(<= 1).")
     return logging.INFO, (
-        f"DDTREE admission window ({ENV}={passes}, experimental): requests arriving while a batch runs wait up to "
-        f"{passes} scheduler passes, so that arrivals a few rounds apart are prefilled together.")
+        f"DDTREE admission window ({setting}; 0 turns it off): while at least {MIN_RUNNING} requests decode, requests "
+        f"that arrive wait up to {passes} scheduler passes, so that arrivals a few rounds apart are prefilled together.")
 
 
 def _server_passes() -> int:
@@ -103,7 +117,7 @@ def should_delay(original, delayer, *, running_bs: int, num_allocatable_reqs: in
     if getattr(delayer, _ADMITTED, None) == _rounds and not upstream:
         return False  # left waiting by the last admission, no decode round since: not held again
     waited = getattr(delayer, _WAITED, 0)
-    if upstream or (running_bs > 0 and waited < passes):
+    if upstream or (running_bs >= MIN_RUNNING and waited < passes):
         setattr(delayer, _WAITED, waited + 1)
         return True
     setattr(delayer, _WAITED, 0)  # admitted: the next arrival after a decode round opens a new window

@@ -175,13 +175,13 @@ def admission_should_delay(original, delayer, **kwargs):
     return admission.should_delay(original, delayer, **kwargs)
 
 
-# Registered on demand (admission_hook_targets): the admission window.
+# Registered unless the window is off (admission_hook_targets): the admission window (on by default).
 ADMISSION_HOOK_TARGETS = {f"{_DELAYER}.should_delay": admission_should_delay}
 
 
 def admission_hook_targets() -> dict:
-    """ADMISSION_HOOK_TARGETS when ``SGLANG_DDTREE_ADMIT_WAIT`` sets a window, else {} (a malformed value too: the
-    server's validation refuses it in one line)."""
+    """ADMISSION_HOOK_TARGETS unless ``SGLANG_DDTREE_ADMIT_WAIT=0`` turns the window off (unset: the default window),
+    else {} (a malformed value too: the server's validation refuses it in one line)."""
     from sglang_ddtree.worker import admission
 
     try:
