@@ -52,7 +52,7 @@ PREFILL_ASYNC = {"SGLANG_DDTREE_PREFILL_ASYNC": "1"}  # worker.prefill (experime
 # the target's prefill CUDA graphs from 1 token, given as upstream's own --cuda-graph-bs-prefill (bench_e2e's
 # +pregraph1: 1, 2, then upstream 0.5.16's list to the 2048-token context of COMMON)
 sys.path.insert(0, os.path.join(ROOT, "benchmark"))
-from bench_e2e import _MODIFIERS  # noqa: E402
+from bench_e2e import _MODIFIERS, decode_continuous  # noqa: E402
 
 PREGRAPH1 = _MODIFIERS["pregraph1"]
 
@@ -178,6 +178,11 @@ CONFIGS = {
                                                           _env=PREFILL_ASYNC, **PREGRAPH1),
     # (session 48's +prefull configs, upstream's full prefill graphs, are gone: validation refuses that backend, it
     # drops the target's captured hidden states, session 49)
+    # session 49: the admission window (on by default) under the parity test: auto's bucket cycle with every prompt
+    # again at 16 in flight ("16c"), the successors held while >= 12 decode; fa3 and triton
+    "dd_fa3_auto_cycle_window": ddtree("auto", 8, backend="fa3", _test_hooks=dict(cycle_budgets=True),
+                                       _continuous=True),
+    "dd_triton_auto_cycle_window": ddtree("auto", 8, _test_hooks=dict(cycle_budgets=True), _continuous=True),
     # budget auto's chain bucket (fa3 only: config.ChainBucket, worker.widths.with_chain) every round, with and
     # without overlap; the fa3 cycles above pass through it every 8th round. The sharp / trained models' drafters
     # have block 8: the chain of 7 drafts
@@ -228,6 +233,12 @@ BATCH_SIZES = (1, 4, 16, 48)  # every prompt at every batch size, except batch 1
 # path prefill graphs from 1 token replace; at 4 / 16 / 48 such requests arrive together and prefill 4+ tokens)
 CACHED_BS1 = "1c"
 BS1_PROMPTS = 32
+# a config with "_continuous": True also decodes every prompt AGAIN at the end with CONTINUOUS_IN_FLIGHT requests in
+# flight, each finished one replaced at once (bench_e2e.decode_continuous), reported as "16c": the successors arrive
+# while the others decode, so the admission window (worker.admission, on by default: it holds arrivals while >= 12
+# requests decode) holds them; the other passes send each batch at once, when nothing runs, so nothing is held
+CONTINUOUS = "16c"
+CONTINUOUS_IN_FLIGHT = 16
 MODEL_DIRS = {"sharp": ("target_sharp", "draft_sharp"), "bias": ("target", "draft_bias")}
 
 
@@ -257,7 +268,8 @@ def run_config(name, target, draft, prompts, max_new_tokens, out_dir="."):
 
     kw = dict(CONFIGS[name])
     hooks = kw.pop("_test_hooks", None)
-    batch_sizes = BATCH_SIZES + ((CACHED_BS1,) if kw.pop("_cached_bs1", False) else ())
+    batch_sizes = (BATCH_SIZES + ((CACHED_BS1,) if kw.pop("_cached_bs1", False) else ())
+                   + ((CONTINUOUS,) if kw.pop("_continuous", False) else ()))
     compile_log = None
     if hooks and hooks.get("compile_watch"):  # the test plugin's compile watch, logged beside results.jsonl
         compile_log = os.path.abspath(os.path.join(out_dir, f"compiles_{name}.jsonl"))
@@ -276,6 +288,10 @@ def run_config(name, target, draft, prompts, max_new_tokens, out_dir="."):
     out = {"outputs": {}, "accept": {}}
     try:
         for bs in batch_sizes:
+            if bs == CONTINUOUS:
+                out["outputs"][bs] = decode_continuous(engine, prompts, CONTINUOUS_IN_FLIGHT, params)["outputs"]
+                out["accept"][bs] = [None] * len(prompts)  # per request not kept by decode_continuous
+                continue
             subset = prompts[:BS1_PROMPTS] if bs in (1, CACHED_BS1) else prompts
             step = 1 if bs == CACHED_BS1 else bs
             ids, acc = [None] * len(subset), [None] * len(subset)

@@ -56,6 +56,8 @@
 #                                             # session 49) against none (+noadmit), AR and DFLASH beside, one output
 #                                             # length at bs 16 / 48 / 64 (256 x 128 tokens, continuous, 3 repetitions);
 #                                             # WINDOW_SPREAD=1: lengths spread (0.5) at bs 1 / 4 / 8 / 16 / 48 instead
+#                                             # (128 prompts); then sharp parity of auto's bucket cycle on fa3 with a
+#                                             # pass at 16 in flight that the window holds (WINDOW_PARITY=0 skips it)
 #     bash scripts/device/issue13.sh onelength # the one-length tiny-pair case (#13's ">= 0.9x AR" cell): AR, DFLASH,
 #                                             # auto, auto +admitwait4 timed by phase (+split), 5 repetitions at bs 16,
 #                                             # then sharp parity with 1-token prefills (ONELENGTH_BACKEND=fa3: all on
@@ -198,10 +200,18 @@ case "${1:-}" in
     else
       SP=0 BSD=16,48,64 PR=256
     fi
-    OUT=$OUT PAIRED_SCHEDULE=continuous PAIRED_LENGTH_SPREAD=$SP PAIRED_NEW_TOKENS=128 PAIRED_PROMPTS=${PAIRED_PROMPTS:-$PR} \
-      PAIRED_BS=${PAIRED_BS:-$BSD} PAIRED_REPEATS=${PAIRED_REPEATS:-3} PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-540} \
+    mkdir -p "$OUT"
+    OUT=$OUT/ab PAIRED_SCHEDULE=continuous PAIRED_LENGTH_SPREAD=$SP PAIRED_NEW_TOKENS=128 \
+      PAIRED_PROMPTS=${PAIRED_PROMPTS:-$PR} PAIRED_BS=${PAIRED_BS:-$BSD} PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
+      PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-420} \
       PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,dflash+fa3+loginfo,$F+loginfo,$F+noadmit+loginfo} \
-      PAIRED_BASES=${PAIRED_BASES:-$F+noadmit+loginfo,plain+fa3+loginfo,dflash+fa3+loginfo} exec bash "$0" paired
+      PAIRED_BASES=${PAIRED_BASES:-$F+noadmit+loginfo,plain+fa3+loginfo,dflash+fa3+loginfo} bash "$0" paired
+    # then the window under the parity test (WINDOW_PARITY=0 skips it): auto's bucket cycle with every prompt again at
+    # 16 in flight ("16c" pass: the successors arrive while 15 decode, so the window holds them)
+    if [ "${WINDOW_PARITY:-1}" != 0 ]; then
+      CMD_TIMEOUT_S=${PARITY_TIMEOUT_S:-150} OUT=$OUT/parity bash $PAR \
+        "parity=$MODELS /tmp/m_win && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_win --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_auto_cycle_window --deadline-s $(( ${PARITY_TIMEOUT_S:-150} - 20 ))"
+    fi
     ;;
   pregraph)
     # session 46: one call on triton (no fa3 staging): the one-length A/B of session 45's two candidates for a
