@@ -446,8 +446,9 @@ def _check_unsupported_features(server_args) -> None:
             f"--speculative-algorithm DDTREE does not support PD disaggregation yet, got "
             f"--disaggregation-mode {mode}."
         )
-    prefill_graphs = getattr(server_args, "cuda_graph_backend_prefill", None)  # the 0.5.16 family's flag
-    if str(prefill_graphs) in ("full", "Backend.FULL"):
+    from sglang.srt.model_executor.cuda_graph_config import Backend
+
+    if getattr(server_args, "cuda_graph_backend_prefill", None) == Backend.FULL:
         # upstream's full prefill graph returns only the last hidden states, not the target layers' the drafter needs:
         # every engine's first prefill failed in the model's forward (SGLang 0.5.16, H100, session 49)
         raise DDTreeArgumentError(

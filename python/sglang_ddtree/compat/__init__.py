@@ -212,6 +212,8 @@ UPSTREAM_SYMBOLS: Tuple[Symbol, ...] = (
            "validation: whether the user named the prefill graph sizes (_cuda_graph_config_locked)"),
     Symbol("sglang.srt.model_executor.cuda_graph_config.Backend.BREAKABLE",
            "validation: prefill graphs from 1 token only on upstream's default (breakable) prefill graphs"),
+    Symbol("sglang.srt.model_executor.cuda_graph_config.Backend.FULL",
+           "validation: refused with DDTREE (its prefill graphs drop the captured hidden states)"),
     Symbol("sglang.srt.model_executor.cuda_graph_config.Phase", "validation: the prefill phase's key"),
     Symbol("sglang.srt.model_executor.cuda_graph_config.Backend", "validation: the prefill graph backend"),
     # the (phase, key) pairs the user set (validation keeps prefill graph sizes given), set on the instance by
