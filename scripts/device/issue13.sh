@@ -57,7 +57,10 @@
 #                                             # length at bs 16 / 48 / 64 (256 x 128 tokens, continuous, 3 repetitions);
 #                                             # WINDOW_SPREAD=1: lengths spread (0.5) at bs 1 / 4 / 8 / 16 / 48 instead
 #                                             # (128 prompts); then sharp parity of auto's bucket cycle on fa3 with a
-#                                             # pass at 16 in flight that the window holds (WINDOW_PARITY=0 skips it)
+#                                             # pass at 16 in flight that the window holds (WINDOW_PARITY=0 skips it;
+#                                             # WINDOW_AB=0 runs only that parity, ~150 s: a call of its own when
+#                                             # device time is short, session 50 lost a whole call to a machine
+#                                             # taken back mid-run)
 #     bash scripts/device/issue13.sh onelength # the one-length tiny-pair case (#13's ">= 0.9x AR" cell): AR, DFLASH,
 #                                             # auto, auto +admitwait4 timed by phase (+split), 5 repetitions at bs 16,
 #                                             # then sharp parity with 1-token prefills (ONELENGTH_BACKEND=fa3: all on
@@ -201,11 +204,18 @@ case "${1:-}" in
       SP=0 BSD=16,48,64 PR=256
     fi
     mkdir -p "$OUT"
-    OUT=$OUT/ab PAIRED_SCHEDULE=continuous PAIRED_LENGTH_SPREAD=$SP PAIRED_NEW_TOKENS=128 \
-      PAIRED_PROMPTS=${PAIRED_PROMPTS:-$PR} PAIRED_BS=${PAIRED_BS:-$BSD} PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
-      PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-420} \
-      PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,dflash+fa3+loginfo,$F+loginfo,$F+noadmit+loginfo} \
-      PAIRED_BASES=${PAIRED_BASES:-$F+noadmit+loginfo,plain+fa3+loginfo,dflash+fa3+loginfo} bash "$0" paired
+    case "${WINDOW_AB:-1}:${WINDOW_PARITY:-1}" in
+      0:0) echo "issue13.sh window: WINDOW_AB=0 and WINDOW_PARITY=0 leave nothing to run" >&2; exit 2 ;;
+      [01]:[01]) ;;
+      *) echo "issue13.sh window: WINDOW_AB / WINDOW_PARITY take 0 or 1 (got '${WINDOW_AB:-}' / '${WINDOW_PARITY:-}')" >&2; exit 2 ;;
+    esac
+    if [ "${WINDOW_AB:-1}" != 0 ]; then
+      OUT=$OUT/ab PAIRED_SCHEDULE=continuous PAIRED_LENGTH_SPREAD=$SP PAIRED_NEW_TOKENS=128 \
+        PAIRED_PROMPTS=${PAIRED_PROMPTS:-$PR} PAIRED_BS=${PAIRED_BS:-$BSD} PAIRED_REPEATS=${PAIRED_REPEATS:-3} \
+        PAIRED_TIMEOUT_S=${PAIRED_TIMEOUT_S:-420} \
+        PAIRED_CONFIGS=${PAIRED_CONFIGS:-plain+fa3+loginfo,dflash+fa3+loginfo,$F+loginfo,$F+noadmit+loginfo} \
+        PAIRED_BASES=${PAIRED_BASES:-$F+noadmit+loginfo,plain+fa3+loginfo,dflash+fa3+loginfo} bash "$0" paired
+    fi
     # then the window under the parity test (WINDOW_PARITY=0 skips it): auto's bucket cycle with every prompt again at
     # 16 in flight ("16c" pass: the successors arrive while 15 decode, so the window holds them)
     if [ "${WINDOW_PARITY:-1}" != 0 ]; then

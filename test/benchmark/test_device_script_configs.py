@@ -59,3 +59,24 @@ def test_the_admission_window_modifiers_set_its_variable():
     assert ENV_MODIFIERS["noadmit"] == {"SGLANG_DDTREE_ADMIT_WAIT": "0"}
     assert {ENV_MODIFIERS[f"admitwait{n}"]["SGLANG_DDTREE_ADMIT_WAIT"] for n in (4, 8, 16)} == {"4", "8", "16"}
     assert "prefull" not in _MODIFIERS  # refused by validation (session 49): no config may name it
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"WINDOW_AB": "0", "WINDOW_PARITY": "0"}, "leave nothing to run"),
+    ({"WINDOW_AB": "yes"}, "take 0 or 1 (got 'yes' / '')"),
+    ({"WINDOW_PARITY": "2"}, "take 0 or 1 (got '' / '2')"),
+])
+def test_the_window_mode_refuses_its_switches_before_it_runs_anything(tmp_path, env, message):
+    """``issue13.sh window``'s two halves (the A/B, the parity) are switched by ``WINDOW_AB`` / ``WINDOW_PARITY``
+    (session 50: ``WINDOW_AB=0`` runs the parity alone in a short call); a bad value stops it with one line, before
+    an engine starts or anything is written under ``$OUT`` but the folder."""
+    import subprocess
+
+    out = tmp_path / "out"
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("WINDOW_")}
+    run_env.update(env, OUT=str(out))
+    r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "device", "issue13.sh"), "window"], env=run_env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert message in r.stderr and r.stderr.count("\n") == 1
+    assert list(out.iterdir()) == []
