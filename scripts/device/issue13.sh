@@ -58,9 +58,14 @@
 #                                             # WINDOW_SPREAD=1: lengths spread (0.5) at bs 1 / 4 / 8 / 16 / 48 instead
 #                                             # (128 prompts); then sharp parity of auto's bucket cycle on fa3 with a
 #                                             # pass at 16 in flight that the window holds (WINDOW_PARITY=0 skips it;
-#                                             # WINDOW_AB=0 runs only that parity, ~150 s: a call of its own when
-#                                             # device time is short, session 50 lost a whole call to a machine
-#                                             # taken back mid-run)
+#                                             # WINDOW_AB=0 runs only that parity: a call of its own when device
+#                                             # time is short, session 50 lost a whole call to a machine taken back
+#                                             # mid-run; ~100 s on a warm machine, up to ~250 s on a fresh one, so
+#                                             # PARITY_TIMEOUT_S defaults to 300: session 51's first call cut it off
+#                                             # at 150 s in the second engine's capture). WINDOW_SPREAD=1's five batch
+#                                             # sizes do not fit one call: its untimed warm-up alone took 137 s on the
+#                                             # H100 (session 51); split PAIRED_BS over calls (session 49: 1,4,16,48
+#                                             # then 4,8)
 #     bash scripts/device/issue13.sh onelength # the one-length tiny-pair case (#13's ">= 0.9x AR" cell): AR, DFLASH,
 #                                             # auto, auto +admitwait4 timed by phase (+split), 5 repetitions at bs 16,
 #                                             # then sharp parity with 1-token prefills (ONELENGTH_BACKEND=fa3: all on
@@ -219,8 +224,8 @@ case "${1:-}" in
     # then the window under the parity test (WINDOW_PARITY=0 skips it): auto's bucket cycle with every prompt again at
     # 16 in flight ("16c" pass: the successors arrive while 15 decode, so the window holds them)
     if [ "${WINDOW_PARITY:-1}" != 0 ]; then
-      CMD_TIMEOUT_S=${PARITY_TIMEOUT_S:-150} OUT=$OUT/parity bash $PAR \
-        "parity=$MODELS /tmp/m_win && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_win --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_auto_cycle_window --deadline-s $(( ${PARITY_TIMEOUT_S:-150} - 20 ))"
+      CMD_TIMEOUT_S=${PARITY_TIMEOUT_S:-300} OUT=$OUT/parity bash $PAR \
+        "parity=$MODELS /tmp/m_win && python3 scripts/device/ddtree_parity.py --models-root /tmp/m_win --out \$CMD_OUT --configs sharp:plain_fa3,sharp:dd_fa3_auto_cycle_window --deadline-s $(( ${PARITY_TIMEOUT_S:-300} - 20 ))"
     fi
     ;;
   pregraph)
