@@ -55,17 +55,18 @@
 #     bash scripts/device/issue13.sh window   # session 49, fa3 staged: the admission window (on by default since
 #                                             # session 49) against none (+noadmit), AR and DFLASH beside, one output
 #                                             # length at bs 16 / 48 / 64 (256 x 128 tokens, continuous, 3 repetitions);
-#                                             # WINDOW_SPREAD=1: lengths spread (0.5) at bs 1 / 4 / 8 / 16 / 48 instead
+#                                             # WINDOW_SPREAD=1: lengths spread (0.5) at bs 16 / 48 instead
 #                                             # (128 prompts); then sharp parity of auto's bucket cycle on fa3 with a
 #                                             # pass at 16 in flight that the window holds (WINDOW_PARITY=0 skips it;
 #                                             # WINDOW_AB=0 runs only that parity: a call of its own when device
 #                                             # time is short, session 50 lost a whole call to a machine taken back
 #                                             # mid-run; ~100 s on a warm machine, up to ~250 s on a fresh one, so
 #                                             # PARITY_TIMEOUT_S defaults to 300: session 51's first call cut it off
-#                                             # at 150 s in the second engine's capture). WINDOW_SPREAD=1's five batch
-#                                             # sizes do not fit one call: its untimed warm-up alone took 137 s on the
-#                                             # H100 (session 51); split PAIRED_BS over calls (session 49: 1,4,16,48
-#                                             # then 4,8)
+#                                             # at 150 s in the second engine's capture). WINDOW_SPREAD=1 ran bs 1 / 4
+#                                             # / 8 too until session 51, where their untimed warm-up alone took 137 s
+#                                             # of the call; below 12 running requests the window's floor keeps it
+#                                             # away, so those cells are the "no window" engine (PAIRED_BS=1,4,8 still
+#                                             # runs them)
 #     bash scripts/device/issue13.sh onelength # the one-length tiny-pair case (#13's ">= 0.9x AR" cell): AR, DFLASH,
 #                                             # auto, auto +admitwait4 timed by phase (+split), 5 repetitions at bs 16,
 #                                             # then sharp parity with 1-token prefills (ONELENGTH_BACKEND=fa3: all on
@@ -204,7 +205,7 @@ case "${1:-}" in
     F=ddtree:auto:8+fa3
     OUT=${OUT:-/tmp/window_out}
     if [ -n "${WINDOW_SPREAD:-}" ]; then
-      SP=0.5 BSD=1,4,8,16,48 PR=128
+      SP=0.5 BSD=16,48 PR=128
     else
       SP=0 BSD=16,48,64 PR=256
     fi
